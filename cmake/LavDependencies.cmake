@@ -1,0 +1,103 @@
+# cmake/LavDependencies.cmake — finds LibTorch, HDF5, Boost, GoogleTest, toml++ and decides CUDA once.
+#
+# LibTorch comes from Torch_DIR, else from the `torch` package of LAV_PYTHON (the project venv
+# when present). A CUDA build of LibTorch is used only when nvcc is found and its CUDA
+# libraries resolve; otherwise lav links the CPU half of LibTorch (libtorch_cpu, libc10),
+# which needs none of the CUDA runtime libraries.
+
+find_package(Threads REQUIRED)
+
+# ---- LibTorch ----
+if(NOT Torch_DIR)
+    if(NOT LAV_PYTHON)
+        if(EXISTS "${CMAKE_SOURCE_DIR}/.venv/bin/python")
+            set(LAV_PYTHON "${CMAKE_SOURCE_DIR}/.venv/bin/python")
+        else()
+            find_program(LAV_PYTHON NAMES python3 python)
+        endif()
+    endif()
+    # find_spec locates the package without importing it (import needs its Python deps)
+    execute_process(
+        COMMAND "${LAV_PYTHON}" -c
+            "import importlib.util, os; s = importlib.util.find_spec('torch'); print(os.path.dirname(s.origin) if s else '')"
+        OUTPUT_VARIABLE _lav_torch_root OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(NOT _lav_torch_root)
+        message(FATAL_ERROR "LibTorch not found: set -DTorch_DIR=<libtorch>/share/cmake/Torch, "
+                            "or run tools/setup.sh to install torch into .venv")
+    endif()
+    set(Torch_DIR "${_lav_torch_root}/share/cmake/Torch")
+endif()
+get_filename_component(LAV_TORCH_ROOT "${Torch_DIR}/../../.." ABSOLUTE)
+file(STRINGS "${Torch_DIR}/TorchConfigVersion.cmake" _lav_tv REGEX "PACKAGE_VERSION \"")
+string(REGEX REPLACE ".*\"(.*)\".*" "\\1" LAV_TORCH_VERSION "${_lav_tv}")
+
+# ---- CUDA decision ----
+set(LAV_CUDA OFF)
+set(_lav_cuda_why "")
+if(NOT LAV_ENABLE_CUDA STREQUAL "OFF")
+    include(CheckLanguage)
+    check_language(CUDA)
+    set(_lav_torch_cuda "${LAV_TORCH_ROOT}/lib/libtorch_cuda.so")
+    if(NOT CMAKE_CUDA_COMPILER)
+        set(_lav_cuda_why "no nvcc")
+    elseif(NOT EXISTS "${_lav_torch_cuda}")
+        set(_lav_cuda_why "LibTorch is a CPU build")
+    else()
+        execute_process(COMMAND ldd "${_lav_torch_cuda}" OUTPUT_VARIABLE _lav_ldd ERROR_QUIET)
+        if(_lav_ldd MATCHES "not found")
+            set(_lav_cuda_why "LibTorch's CUDA libraries do not resolve")
+        else()
+            set(LAV_CUDA ON)
+        endif()
+    endif()
+    if(LAV_ENABLE_CUDA STREQUAL "ON" AND NOT LAV_CUDA)
+        message(FATAL_ERROR "LAV_ENABLE_CUDA=ON but CUDA cannot be used: ${_lav_cuda_why}")
+    endif()
+endif()
+
+if(LAV_CUDA)
+    enable_language(CUDA)
+    find_package(Torch REQUIRED)
+    add_library(lav_torch INTERFACE)
+    target_link_libraries(lav_torch INTERFACE ${TORCH_LIBRARIES})
+else()
+    # the CPU half of LibTorch: headers plus libtorch_cpu and libc10
+    find_library(LAV_TORCH_CPU_LIB torch_cpu PATHS "${LAV_TORCH_ROOT}/lib" NO_DEFAULT_PATH REQUIRED)
+    find_library(LAV_C10_LIB c10 PATHS "${LAV_TORCH_ROOT}/lib" NO_DEFAULT_PATH REQUIRED)
+    add_library(lav_torch INTERFACE)
+    target_include_directories(lav_torch SYSTEM INTERFACE
+        "${LAV_TORCH_ROOT}/include" "${LAV_TORCH_ROOT}/include/torch/csrc/api/include")
+    target_link_libraries(lav_torch INTERFACE "${LAV_TORCH_CPU_LIB}" "${LAV_C10_LIB}" Threads::Threads)
+    set_property(TARGET lav_torch APPEND PROPERTY INTERFACE_LINK_OPTIONS
+        "LINKER:-rpath,${LAV_TORCH_ROOT}/lib")
+endif()
+
+# ---- HDF5 (C API), Boost.Program_options, GoogleTest, toml++ ----
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(Boost REQUIRED COMPONENTS program_options)
+find_package(GTest REQUIRED)
+find_path(LAV_TOMLPP_INCLUDE toml++/toml.h
+          HINTS "${CMAKE_SOURCE_DIR}/.devdeps/root/usr/include" REQUIRED)
+add_library(lav_tomlplusplus INTERFACE)
+target_include_directories(lav_tomlplusplus SYSTEM INTERFACE "${LAV_TOMLPP_INCLUDE}")
+
+find_package(Git QUIET)
+set(LAV_GIT_COMMIT "unknown")
+if(GIT_FOUND)
+    execute_process(COMMAND "${GIT_EXECUTABLE}" rev-parse --short=12 HEAD
+                    WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}"
+                    OUTPUT_VARIABLE _lav_commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(_lav_commit)
+        set(LAV_GIT_COMMIT "${_lav_commit}")
+    endif()
+endif()
+
+if(LAV_CUDA)
+    message(STATUS "lav: CUDA on (nvcc ${CMAKE_CUDA_COMPILER_VERSION})")
+elseif(_lav_cuda_why)
+    message(STATUS "lav: CUDA off (${_lav_cuda_why})")
+else()
+    message(STATUS "lav: CUDA off (LAV_ENABLE_CUDA=OFF)")
+endif()
+message(STATUS "lav: LibTorch ${LAV_TORCH_VERSION} at ${LAV_TORCH_ROOT}")
+message(STATUS "lav: HDF5 ${HDF5_VERSION}, Boost ${Boost_VERSION}, toml++ at ${LAV_TOMLPP_INCLUDE}")

@@ -1,0 +1,65 @@
+// kernels/simple_gla/simple_gla.h — simple_gla arguments, results and precision contracts.
+//
+// simple_gla is causal linear attention with a scalar (per-head) decay:
+//   S_t = exp(g_t) · S_{t-1} + k_t v_tᵀ,   o_t = scale · S_tᵀ q_t
+// with g a data-dependent gate [B, T, H], a constant per-head log decay g_gamma [H], or none
+// (plain linear attention). It covers retention, lightning attention and Mamba-2's SSD.
+// Both layouts are read through strides: q is [B, T, H, K] (head_last) or [B, H, T, K]
+// (head_first). Varlen batches pass cu_seqlens with B == 1.
+//
+//   SimpleGlaArgs args{q, k, v};          // bf16 inputs
+//   args.g = g;                           // fp32 gate
+//   args.state_dtype = at::kFloat;
+//   SimpleGlaFwd out = simple_gla_chunk_fwd_cpu(args);
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string_view>
+
+#include "core/layout.h"
+#include "core/precision_contract.h"
+
+namespace lav::kernels {
+
+struct SimpleGlaArgs {
+    at::Tensor q;           // [B, T, H, K] head_last or [B, H, T, K] head_first; input dtype
+    at::Tensor k;           // like q
+    at::Tensor v;           // [B, T, H, V] / [B, H, T, V]; input dtype
+    at::Tensor g;           // [B, T, H] / [B, H, T] log decay in the gate dtype; undefined: none
+    at::Tensor g_gamma;     // [H] constant log decay; undefined: none (never together with g)
+    at::Tensor h0;          // [N, H, K, V] initial state; undefined: zeros
+    at::Tensor cu_seqlens;  // [N + 1] int64 on CPU; undefined: dense batch of B sequences
+    Layout layout = Layout::head_last;
+    double scale = 0.0;     // 0: K^-0.5
+    c10::ScalarType state_dtype = c10::ScalarType::Float;   // chunk states, final state, dh0
+    c10::ScalarType output_dtype = c10::ScalarType::Undefined;  // o; Undefined: q's dtype
+    int64_t chunk_size = 64;
+};
+
+struct SimpleGlaFwd {
+    at::Tensor o;   // layout of q, [.., V]; output dtype
+    at::Tensor ht;  // [N, H, K, V]; state dtype
+};
+
+struct SimpleGlaGrads {
+    at::Tensor dq, dk, dv;  // like q, k, v (layout and dtype)
+    at::Tensor dg;          // like g; undefined without g
+    at::Tensor dh0;         // like h0 but in the state dtype; undefined without h0
+};
+
+SimpleGlaFwd simple_gla_chunk_fwd_cpu(const SimpleGlaArgs& args);
+/// d_o is like o, dht like ht. Recomputes the chunk states; saves nothing from the forward.
+SimpleGlaGrads simple_gla_chunk_bwd_cpu(const SimpleGlaArgs& args, const at::Tensor& d_o,
+                                        const at::Tensor& dht);
+SimpleGlaFwd simple_gla_recurrent_fwd_cpu(const SimpleGlaArgs& args);
+SimpleGlaGrads simple_gla_recurrent_bwd_cpu(const SimpleGlaArgs& args, const at::Tensor& d_o,
+                                            const at::Tensor& dht);
+
+/// The precision contract of `variant` ("chunk" or "recurrent"), `backward` or forward, for
+/// the dtypes of `args`. Its items name every tensor the variant stores, including
+/// "o", "ht", "dq", "dk", "dv", "dg", "dh0" for the observable results.
+PrecisionContract simple_gla_contract(std::string_view variant, bool backward,
+                                      const SimpleGlaArgs& args);
+
+}  // namespace lav::kernels

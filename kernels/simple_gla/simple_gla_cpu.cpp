@@ -1,0 +1,1 @@
+// kernels/simple_gla/simple_gla_cpu.cpp — placeholder

@@ -1,0 +1,1 @@
+// reference/simple_gla.cpp — placeholder

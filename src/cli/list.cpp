@@ -1,0 +1,1 @@
+// src/cli/list.cpp — placeholder

@@ -1,0 +1,1 @@
+// src/cli/main.cpp — placeholder

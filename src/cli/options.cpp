@@ -1,0 +1,1 @@
+// src/cli/options.cpp — placeholder

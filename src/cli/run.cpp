@@ -1,0 +1,1 @@
+// src/cli/run.cpp — placeholder

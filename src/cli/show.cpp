@@ -1,0 +1,1 @@
+// src/cli/show.cpp — placeholder

@@ -1,0 +1,1 @@
+// src/harness/inputs.cpp — placeholder

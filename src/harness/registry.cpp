@@ -1,0 +1,1 @@
+// src/harness/registry.cpp — placeholder

@@ -1,0 +1,1 @@
+// src/harness/runner.cpp — placeholder

@@ -1,0 +1,1 @@
+// src/harness/simple_gla_family.cpp — placeholder

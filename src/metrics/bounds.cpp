@@ -1,0 +1,1 @@
+// src/metrics/bounds.cpp — placeholder

@@ -1,0 +1,1 @@
+// src/metrics/measures.cpp — placeholder

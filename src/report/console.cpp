@@ -1,0 +1,1 @@
+// src/report/console.cpp — placeholder

@@ -1,0 +1,1 @@
+// src/report/h5.cpp — placeholder

@@ -1,0 +1,1 @@
+// src/report/reader.cpp — placeholder

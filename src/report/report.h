@@ -1,0 +1,114 @@
+// src/report/report.h — the in-memory form of an HDF5 report (schema in reports/SCHEMA.md).
+//
+// A report holds run attributes and one CaseRecord per (case, variant, backend, pass). The
+// writer rewrites the file after every case into a temporary name and renames it over the
+// target, so the file on disk is always a complete, readable report of the finished cases;
+// `complete` turns true only when the run ends.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/precision_contract.h"
+
+namespace lav::report {
+
+/// Schema of the files this build writes; readers accept the same major version.
+inline constexpr int kSchemaVersion = 1;
+
+struct RunInfo {
+    std::string lav_version;
+    std::string git_commit;
+    std::string torch_version;
+    std::string hdf5_version;
+    std::string device;        ///< "cpu (2 threads)" or the GPU name
+    std::string command_line;
+    std::string started_at;    ///< ISO 8601 UTC
+    uint64_t seed = 0;         ///< the base seed; each case records its own too
+};
+
+/// One measured tensor of one case.
+struct MetricRow {
+    std::string tensor;          ///< "o", "ht", "dq", ...
+    std::string dtype;           ///< dtype the kernel returned
+    std::string expected_dtype;  ///< dtype the contract declares
+    double rel_rmse = 0;         ///< ‖x − ref‖₂ / ‖ref‖₂
+    double max_abs = 0;
+    std::string max_abs_index;   ///< "[1, 917, 2, 40]"
+    double max_rel = 0;
+    int64_t nonfinite = 0;       ///< NaN/Inf where the reference is finite
+    double bound = 0;            ///< rel_rmse bound
+    bool pass = true;
+};
+
+/// rel_rmse per block of `block` positions along T.
+struct DriftCurve {
+    std::string tensor;
+    int64_t block = 64;
+    std::vector<double> rel_rmse;
+};
+
+/// A finding in NUMERICS.md's vocabulary (TOLERANCE, NONFINITE, OUTPUT_DTYPE_CONTRACT, ...).
+struct Finding {
+    std::string kind;
+    std::string tensor;
+    std::string message;
+};
+
+struct CaseRecord {
+    std::string id;  ///< "<scenario>[<matrix>]/<variant>/<backend>/<pass>", unique in a run
+    std::string scenario_file;
+    std::string scenario;
+    std::string family;
+    std::string variant;  ///< "chunk", "recurrent"
+    std::string backend;  ///< "cpu", "cuda"
+    std::string pass;     ///< "fwd", "bwd"
+    std::string input_dtype, gate_dtype, state_dtype, output_dtype;
+    std::string layout;
+    std::string shape;       ///< "B2_T1024_H4_K64_V64"
+    std::string cu_seqlens;  ///< "[0, 100, 1024]" or ""
+    uint64_t seed = 0;
+    std::string verdict;  ///< "pass", "fail" (a verification failed) or "error" (it could not run)
+    std::string message;  ///< why, for "fail" and "error"
+    double seconds = 0;
+    std::vector<MetricRow> metrics;
+    std::vector<DriftCurve> drift;
+    PrecisionContract contract;
+    std::vector<Finding> findings;
+
+    /// The metric row with the largest rel_rmse / bound; nullptr when there are none.
+    const MetricRow* worst() const;
+};
+
+struct Report {
+    int schema_version = kSchemaVersion;
+    bool complete = false;
+    RunInfo run;
+    std::vector<CaseRecord> cases;
+};
+
+/// Writes a report case by case; the file at `path` is complete and readable after each add().
+class ReportWriter {
+public:
+    ReportWriter(std::string path, RunInfo run);
+    /// Appends a case and atomically replaces the file. Throws ReportError (exit 3) on I/O failure.
+    void add(CaseRecord record);
+    /// Marks the run complete and writes the file a last time.
+    void finish();
+    const Report& report() const { return report_; }
+
+private:
+    void write() const;
+    std::string path_;
+    Report report_;
+};
+
+/// Writes `report` to `path` (temporary file, then rename).
+void write_report(const std::string& path, const Report& report);
+
+/// Reads a report. Throws ReportError (exit 2) naming the file for a missing file, a file that
+/// is not HDF5 or not a lav report, or a schema major version this build does not read.
+Report read_report(const std::string& path);
+
+}  // namespace lav::report

@@ -1,0 +1,1 @@
+// src/report/writer.cpp — placeholder

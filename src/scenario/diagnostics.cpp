@@ -1,0 +1,1 @@
+// src/scenario/diagnostics.cpp — placeholder

@@ -1,0 +1,1 @@
+// src/scenario/expand.cpp — placeholder

@@ -1,0 +1,1 @@
+// src/scenario/files.cpp — placeholder

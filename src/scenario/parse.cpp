@@ -1,0 +1,1 @@
+// src/scenario/parse.cpp — placeholder

@@ -1,0 +1,1 @@
+// tests/cli/cli_test.cpp — placeholder

@@ -1,0 +1,1 @@
+// tests/core/dtype_test.cpp — placeholder

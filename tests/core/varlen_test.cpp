@@ -1,0 +1,1 @@
+// tests/core/varlen_test.cpp — placeholder

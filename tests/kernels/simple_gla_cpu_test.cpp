@@ -1,0 +1,1 @@
+// tests/kernels/simple_gla_cpu_test.cpp — placeholder

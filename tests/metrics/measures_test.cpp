@@ -1,0 +1,1 @@
+// tests/metrics/measures_test.cpp — placeholder

@@ -1,0 +1,1 @@
+// tests/reference/simple_gla_ref_test.cpp — placeholder

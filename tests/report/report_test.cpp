@@ -1,0 +1,1 @@
+// tests/report/report_test.cpp — placeholder

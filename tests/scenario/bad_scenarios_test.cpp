@@ -1,0 +1,1 @@
+// tests/scenario/bad_scenarios_test.cpp — placeholder

@@ -1,0 +1,1 @@
+// tests/scenario/scenario_test.cpp — placeholder
