@@ -1,1 +1,68 @@
-// src/cli/main.cpp — placeholder
+// src/cli/main.cpp — the lav executable: dispatches subcommands and alone decides exit codes.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/build_info.h"
+#include "core/error.h"
+
+namespace {
+
+constexpr const char kUsage[] = R"(lav — the linear-attention verifier
+
+usage: lav <command> [options]
+
+commands:
+  run       run scenario files against the float64 reference and write an HDF5 report
+  validate  check scenario files without running them
+  list      families, variants, backends and dtypes of this build
+  show      print a report as a table
+
+`lav <command> --help` describes each command.
+exit codes: 0 pass, 1 verification failed, 2 bad usage or scenario, 3 environment, 4 internal)";
+
+int dispatch(const std::string& command, const std::vector<std::string>& args,
+             const std::string& command_line) {
+    using namespace lav::cli;
+    if (command == "run") return cmd_run(args, command_line);
+    if (command == "validate") return cmd_validate(args);
+    if (command == "list") return cmd_list(args);
+    if (command == "show") return cmd_show(args);
+    throw lav::UsageError("unknown command '" + command + "'\n" + kUsage);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::vector<std::string> all(argv + 1, argv + argc);
+    std::string command_line = "lav";
+    for (const auto& a : all) command_line += " " + a;
+
+    if (all.empty() || all[0] == "--help" || all[0] == "-h" || all[0] == "help") {
+        std::cout << kUsage << "\n";
+        return all.empty() ? static_cast<int>(lav::ExitCode::kUsage) : 0;
+    }
+    if (all[0] == "--version") {
+        std::cout << "lav " << lav::kLavVersion << " (" << lav::kGitCommit << "), LibTorch "
+                  << lav::kTorchVersion << ", HDF5 " << lav::kHdf5Version
+                  << (lav::kCudaBuild ? ", CUDA" : ", CPU only") << "\n";
+        return 0;
+    }
+    try {
+        return dispatch(all[0], {all.begin() + 1, all.end()}, command_line);
+    } catch (const lav::InternalError& e) {
+        std::cerr << "lav: " << e.what() << "\n";
+        return static_cast<int>(e.exit_code());
+    } catch (const lav::ScenarioError& e) {
+        // already rendered as file:line:col diagnostics
+        std::cerr << e.what() << "\n";
+        return static_cast<int>(e.exit_code());
+    } catch (const lav::Error& e) {
+        std::cerr << "lav: error: " << e.what() << "\n";
+        return static_cast<int>(e.exit_code());
+    } catch (const std::exception& e) {
+        std::cerr << "lav: internal error: " << e.what() << " — please report\n";
+        return static_cast<int>(lav::ExitCode::kInternal);
+    }
+}

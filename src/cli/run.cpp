@@ -1,1 +1,149 @@
-// src/cli/run.cpp — placeholder
+// src/cli/run.cpp — `lav run`: runs scenario cases, writes the report case by case, prints a summary.
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <regex>
+#include <thread>
+
+#include "cli/commands.h"
+#include "core/build_info.h"
+#include "core/error.h"
+#include "harness/runner.h"
+#include "report/console.h"
+#include "report/report.h"
+
+namespace lav::cli {
+namespace {
+
+constexpr const char kUsage[] =
+    "usage: lav run <files|dirs>... [--out F] [--filter REGEX] [--max-memory SIZE] [--long]";
+
+// progress lines start once a run has taken this long, so short runs stay quiet
+constexpr double kProgressAfterSeconds = 2.0;
+
+std::string cpu_name() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("model name", 0) == 0) {
+            const auto colon = line.find(':');
+            if (colon != std::string::npos) return line.substr(colon + 2);
+        }
+    }
+    return "unknown CPU";
+}
+
+std::string utc_now() {
+    const std::time_t now = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    return buf;
+}
+
+report::RunInfo run_info(const std::string& command_line, uint64_t seed) {
+    report::RunInfo info;
+    info.lav_version = kLavVersion;
+    info.git_commit = kGitCommit;
+    info.torch_version = kTorchVersion;
+    info.hdf5_version = kHdf5Version;
+    info.device = "cpu: " + cpu_name() + " (" + std::to_string(at::get_num_threads()) + " threads)";
+    info.command_line = command_line;
+    info.started_at = utc_now();
+    info.seed = seed;
+    return info;
+}
+
+// Keeps the variants of `c` whose id "<case>/<variant>" matches; false when none is left.
+bool apply_filter(scenario::Case& c, const std::regex* filter) {
+    if (!filter) return true;
+    std::vector<std::string> kept;
+    for (const auto& v : c.variants)
+        if (std::regex_search(c.id + "/" + v, *filter)) kept.push_back(v);
+    c.variants = kept;
+    return !kept.empty();
+}
+
+}  // namespace
+
+int cmd_run(const std::vector<std::string>& args, const std::string& command_line) {
+    po::options_description options("lav run options");
+    std::vector<std::string> paths;
+    std::string out = "reports/out/run.h5";
+    std::string filter_text;
+    std::string max_memory;
+    int threads = 0;
+    options.add_options()("paths", po::value(&paths)->required(), "scenario files or folders")(
+        "out,o", po::value(&out), "report to write (default reports/out/run.h5)")(
+        "filter", po::value(&filter_text),
+        "run only cases whose id '<scenario>[<matrix>]/<variant>' matches this regex")(
+        "max-memory", po::value(&max_memory),
+        "refuse cases estimated above this size, e.g. 8G (default: half of RAM)")(
+        "long", po::bool_switch(), "also run cases marked long")(
+        "threads", po::value(&threads), "CPU threads for LibTorch (default: all cores)");
+    po::positional_options_description positional;
+    positional.add("paths", -1);
+    po::variables_map vm;
+    if (!parse_args(args, options, positional, kUsage, vm)) return 0;
+
+    std::regex filter;
+    if (!filter_text.empty()) {
+        try {
+            filter = std::regex(filter_text);
+        } catch (const std::regex_error& e) {
+            throw UsageError("bad --filter regex '" + filter_text + "': " + e.what());
+        }
+    }
+    if (threads > 0) at::set_num_threads(threads);
+
+    harness::Registry registry;
+    harness::register_all(registry);
+    const uint64_t limit = max_memory.empty() ? default_max_memory() : parse_memory_size(max_memory);
+    std::vector<scenario::Case> cases;
+    size_t skipped_long = 0;
+    for (auto& c : load_cases(paths, registry, limit)) {
+        if (c.long_case && !vm["long"].as<bool>()) {
+            ++skipped_long;
+            continue;
+        }
+        if (apply_filter(c, filter_text.empty() ? nullptr : &filter)) cases.push_back(std::move(c));
+    }
+    LAV_CHECK_AS(UsageError, !cases.empty(), "no case to run",
+                 filter_text.empty() ? "" : " (nothing matches --filter)",
+                 skipped_long ? "; long cases need --long" : "");
+
+    report::ReportWriter writer(out, run_info(command_line, cases.front().seed));
+    const auto start = std::chrono::steady_clock::now();
+    size_t runs = 0;
+    for (const auto& c : cases) runs += c.variants.size() * (c.forward + c.backward);
+    size_t done = 0;
+    for (const auto& c : cases) {
+        harness::run_case(registry, c, [&](report::CaseRecord r) {
+            ++done;
+            const double elapsed =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            if (elapsed > kProgressAfterSeconds)
+                std::cerr << "[" << done << "/" << runs << "] " << r.id << "  " << r.verdict << "  ("
+                          << static_cast<int>(elapsed) << " s)\n";
+            writer.add(std::move(r));
+        });
+    }
+    writer.finish();
+
+    const report::Report& rep = writer.report();
+    report::print_summary_table(std::cout, rep);
+    bool failed = false;
+    for (const auto& r : rep.cases) {
+        if (r.verdict == "pass") continue;
+        failed = true;
+        std::cout << "\n";
+        report::print_case_failure(std::cout, r);
+    }
+    if (skipped_long) std::cout << "\n" << skipped_long << " long cases skipped (run with --long)\n";
+    std::cout << "\nreport: " << out << "\n";
+    return static_cast<int>(failed ? ExitCode::kVerificationFailed : ExitCode::kPass);
+}
+
+}  // namespace lav::cli

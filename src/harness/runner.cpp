@@ -1,1 +1,159 @@
-// src/harness/runner.cpp — placeholder
+// src/harness/runner.cpp — the case pipeline: tensors → reference → kernels → measures → record.
+#include "harness/runner.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+#include "harness/inputs.h"
+#include "metrics/measures.h"
+
+namespace lav::harness {
+namespace {
+
+using report::CaseRecord;
+using report::Finding;
+using report::MetricRow;
+using scenario::Case;
+
+// salts keep the cotangents' random streams apart from the inputs'
+constexpr uint64_t kInputSalt = 0;
+constexpr uint64_t kCotangentSalt = 1;
+
+std::string index_string(const std::vector<int64_t>& index) {
+    std::string out = "[";
+    for (size_t i = 0; i < index.size(); ++i) out += (i ? ", " : "") + std::to_string(index[i]);
+    return out + "]";
+}
+
+std::string sci(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2e", x);
+    return buf;
+}
+
+double bound_for(const Case& c, const MeasuredSpec& m) {
+    const auto it = c.tolerances.find(m.name);
+    return it != c.tolerances.end() ? it->second
+                                    : metrics::default_bound(m.kind, c.input_dtype, c.state_dtype);
+}
+
+// ht and dh0 are states: a wrong dtype there breaks the requested state storage
+bool is_state(const MeasuredSpec& m) { return m.kind == metrics::TensorKind::state || m.name == "dh0"; }
+
+CaseRecord blank_record(const Case& c, const std::string& variant, const std::string& pass) {
+    CaseRecord r;
+    r.id = c.id + "/" + variant + "/cpu/" + pass;
+    r.scenario_file = c.file;
+    r.scenario = c.name;
+    r.family = c.family;
+    r.variant = variant;
+    r.backend = "cpu";
+    r.pass = pass;
+    r.input_dtype = dtype_name(c.input_dtype);
+    r.gate_dtype = dtype_name(c.gate_dtype);
+    r.state_dtype = dtype_name(c.state_dtype);
+    r.output_dtype = dtype_name(c.output_dtype);
+    r.layout = layout_name(c.layout);
+    r.shape = shape_name(c);
+    if (!c.cu_seqlens.empty()) r.cu_seqlens = index_string(c.cu_seqlens);
+    r.seed = c.seed;
+    return r;
+}
+
+// Measures one result against the reference and records its row, drift and findings.
+void judge(const Case& c, const MeasuredSpec& m, const at::Tensor& x, const at::Tensor& ref,
+           const PrecisionContract& contract, CaseRecord& r) {
+    const metrics::Measures ms = metrics::measure(x, ref, m.time_dim, c.chunk_size);
+    MetricRow row;
+    row.tensor = m.name;
+    row.dtype = scalar_type_name(x.scalar_type());
+    row.expected_dtype = dtype_name(contract.dtype_of(m.name));
+    row.rel_rmse = ms.rel_rmse;
+    row.max_abs = ms.max_abs;
+    row.max_abs_index = index_string(ms.max_abs_index);
+    row.max_rel = ms.max_rel;
+    row.nonfinite = ms.nonfinite;
+    row.bound = bound_for(c, m);
+    // written as a negation so that a NaN rel_rmse fails
+    row.pass = !(ms.rel_rmse > row.bound) && !std::isnan(ms.rel_rmse) && ms.nonfinite == 0;
+
+    if (ms.nonfinite > 0)
+        r.findings.push_back({"NONFINITE", m.name,
+                              std::to_string(ms.nonfinite) + " NaN/Inf where the reference is finite"});
+    if (!(ms.rel_rmse <= row.bound))
+        r.findings.push_back({"TOLERANCE", m.name,
+                              "rel_rmse " + sci(ms.rel_rmse) + " > bound " + sci(row.bound)});
+    if (row.dtype != row.expected_dtype) {
+        row.pass = false;
+        r.findings.push_back({is_state(m) ? "STATE_DTYPE_CONTRACT" : "OUTPUT_DTYPE_CONTRACT",
+                              m.name,
+                              "returned " + row.dtype + ", contract declares " + row.expected_dtype});
+    }
+    for (size_t b = 0; b < ms.drift.size(); ++b) {
+        if (ms.drift[b] > row.bound) {
+            r.findings.push_back({"DRIFT", m.name,
+                                  "rel_rmse " + sci(ms.drift[b]) + " > bound " + sci(row.bound) +
+                                      " from position " + std::to_string(b * c.chunk_size)});
+            break;
+        }
+    }
+    if (!ms.drift.empty()) r.drift.push_back({m.name, c.chunk_size, ms.drift});
+    r.metrics.push_back(std::move(row));
+}
+
+}  // namespace
+
+std::string shape_name(const Case& c) {
+    return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" + std::to_string(c.H) +
+           "_K" + std::to_string(c.K) + "_V" + std::to_string(c.V);
+}
+
+void run_case(const Registry& registry, const Case& c,
+              const std::function<void(CaseRecord)>& sink) {
+    const Family& family = registry.get(c.family);
+    const CaseTensors in = make_tensors(family.inputs(c), c, kInputSalt);
+    const CaseTensors cot =
+        c.backward ? make_tensors(family.cotangents(c), c, kCotangentSalt) : CaseTensors{};
+    const TensorMap gold = family.reference(c, in.reference, cot.reference, c.backward);
+    for (const auto& [name, t] : gold)
+        LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
+
+    std::vector<std::string> passes;
+    if (c.forward) passes.push_back("fwd");
+    if (c.backward) passes.push_back("bwd");
+    for (const auto& variant : c.variants) {
+        for (const auto& pass : passes) {
+            CaseRecord r = blank_record(c, variant, pass);
+            const bool backward = pass == "bwd";
+            const auto start = std::chrono::steady_clock::now();
+            try {
+                const KernelResult k = family.run_cpu(c, variant, in.kernel, cot.kernel, backward);
+                r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                                .count();
+                r.contract = k.contract;
+                for (const auto& m : family.measured(c, backward)) {
+                    const auto it = k.results.find(m.name);
+                    LAV_ASSERT(it != k.results.end(), variant, " returned no ", m.name);
+                    judge(c, m, it->second, gold.at(m.name), k.contract, r);
+                }
+                bool pass_all = true;
+                for (const auto& row : r.metrics) pass_all = pass_all && row.pass;
+                r.verdict = pass_all ? "pass" : "fail";
+                if (!pass_all) r.message = "a measure is outside its bound or contract";
+            } catch (const InternalError&) {
+                throw;
+            } catch (const std::exception& e) {
+                r.seconds =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                r.verdict = "error";
+                r.message = e.what();
+            }
+            sink(std::move(r));
+        }
+    }
+}
+
+}  // namespace lav::harness

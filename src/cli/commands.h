@@ -1,0 +1,41 @@
+// src/cli/commands.h — the subcommands of `lav` and the helpers they share.
+#pragma once
+
+#include <boost/program_options.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/registry.h"
+#include "scenario/case.h"
+
+namespace lav::cli {
+
+namespace po = boost::program_options;
+
+/// Each subcommand takes its arguments (without "lav <name>") and returns the exit code.
+int cmd_run(const std::vector<std::string>& args, const std::string& command_line);
+int cmd_validate(const std::vector<std::string>& args);
+int cmd_list(const std::vector<std::string>& args);
+int cmd_show(const std::vector<std::string>& args);
+
+/// Parses `args` against `options` (positional arguments fill `positional`'s names). Prints
+/// `usage` and the options and returns false on --help; throws UsageError on bad arguments.
+bool parse_args(const std::vector<std::string>& args, const po::options_description& options,
+                const po::positional_options_description& positional, const std::string& usage,
+                po::variables_map& vm);
+
+/// "8G", "512MiB", "1.5GB", "1048576" → bytes (K/M/G/T are powers of 1024).
+uint64_t parse_memory_size(const std::string& text);
+/// Half of this machine's physical memory: the default of --max-memory.
+uint64_t default_max_memory();
+/// Bytes as "12.3 GiB".
+std::string format_bytes(uint64_t bytes);
+
+/// Loads every scenario file under `paths`; all files are checked before anything runs, and
+/// their diagnostics are reported together. Scenario names must be unique across the run.
+std::vector<scenario::Case> load_cases(const std::vector<std::string>& paths,
+                                       const harness::Registry& registry, uint64_t max_memory);
+
+}  // namespace lav::cli

@@ -1,0 +1,90 @@
+// src/harness/registry.h — the kernel families the harness can run, behind one interface.
+//
+// A Family tells the harness which tensors a case needs (shapes, dtypes, default generators),
+// how to run its float64 reference and each backend variant on them, and which results to
+// measure. Families are added by an explicit register_all() call (no static registrars).
+//
+//   Registry registry;
+//   register_all(registry);
+//   const Family& f = registry.get("simple_gla");
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/precision_contract.h"
+#include "metrics/bounds.h"
+#include "scenario/case.h"
+#include "scenario/catalog.h"
+
+namespace lav::harness {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+
+/// One tensor a case feeds to the kernel, described in head_last order.
+struct TensorSpec {
+    std::string name;
+    std::vector<int64_t> shape;  ///< head_last: [B, T, H, ...] when time_major
+    DType dtype;                 ///< the dtype the kernel receives
+    bool time_major;             ///< permuted to [B, H, T, ...] for head_first cases
+    scenario::Generator generator;
+};
+
+/// One result the harness compares with the reference.
+struct MeasuredSpec {
+    std::string name;
+    metrics::TensorKind kind;
+    int64_t time_dim;  ///< sequence axis in head_last order, -1 for states
+};
+
+/// What a backend variant returned: results in head_last order, in the dtypes it produced.
+struct KernelResult {
+    TensorMap results;
+    PrecisionContract contract;
+};
+
+struct Family {
+    scenario::FamilyInfo info;
+    /// Kernel inputs of a case (q, k, v, gates, initial state).
+    std::function<std::vector<TensorSpec>(const scenario::Case&)> inputs;
+    /// Cotangents of the backward pass (d_o, dht), in the dtypes of o and ht.
+    std::function<std::vector<TensorSpec>(const scenario::Case&)> cotangents;
+    /// The results measured by a pass.
+    std::function<std::vector<MeasuredSpec>(const scenario::Case&, bool backward)> measured;
+    /// The float64 reference: inputs and cotangents are fp64, head_last; returns every
+    /// measured tensor of the forward pass, and of the backward pass when `backward`.
+    std::function<TensorMap(const scenario::Case&, const TensorMap& inputs,
+                            const TensorMap& cotangents, bool backward)>
+        reference;
+    /// The CPU backend: inputs in the case's dtypes and layout; returns one pass's results.
+    std::function<KernelResult(const scenario::Case&, const std::string& variant,
+                               const TensorMap& inputs, const TensorMap& cotangents,
+                               bool backward)>
+        run_cpu;
+};
+
+class Registry {
+public:
+    void add(Family family);
+    /// The family called `name`; throws UsageError naming the known ones otherwise.
+    const Family& get(const std::string& name) const;
+    const std::vector<Family>& families() const { return families_; }
+    /// What the scenario validator needs to know of every family.
+    scenario::Catalog catalog() const;
+
+private:
+    std::vector<Family> families_;
+};
+
+/// Adds every family of this build.
+void register_all(Registry& registry);
+
+/// The simple_gla family (linear attention, retention, lightning attention, Mamba-2 SSD).
+Family simple_gla_family();
+
+}  // namespace lav::harness

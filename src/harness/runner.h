@@ -1,0 +1,22 @@
+// src/harness/runner.h — runs one case: inputs, reference, every variant and pass, measures, findings.
+//
+// Verification failures are results: a case whose kernel is off, or throws, becomes a record
+// with verdict "fail" or "error" and the caller goes on to the next case.
+#pragma once
+
+#include <functional>
+
+#include "harness/registry.h"
+#include "report/report.h"
+
+namespace lav::harness {
+
+/// Runs `c` on the CPU backend: one record per (variant, pass), handed to `sink` as soon as
+/// it is finished. Throws only for lav's own bugs (InternalError).
+void run_case(const Registry& registry, const scenario::Case& c,
+              const std::function<void(report::CaseRecord)>& sink);
+
+/// The shape spelled as in case ids: "B2_T1024_H4_K64_V64".
+std::string shape_name(const scenario::Case& c);
+
+}  // namespace lav::harness

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# tools/smoke.sh — the main job: set up (if needed), build, run the smoke scenarios, print the summary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+bash tools/build.sh --target lav
+exec build/src/lav run scenarios/smoke --out reports/out/smoke.h5 "$@"
