@@ -1,1 +1,527 @@
-// src/scenario/expand.cpp — placeholder
+// src/scenario/expand.cpp — [matrix] cross product, per-case value checks, memory estimate.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "scenario/document.h"
+#include "scenario/scenario.h"
+
+namespace lav::scenario {
+namespace {
+
+const std::vector<std::string> kLayouts = {"head_first", "head_last"};
+const std::vector<std::string> kPasses = {"fwd", "bwd"};
+const std::vector<std::string> kDists = {"randn", "rand", "logsigmoid",
+                                         "zeros", "ones", "retention"};
+// what this build's kernels take, for every role (inputs, gates, state, output)
+const std::vector<DType> kSupportedDTypes = {DType::fp32, DType::fp16, DType::bf16};
+
+// the shortest text that reads back as the same double: 0.125, 0.005, 1e-05
+std::string format_number(double value) {
+    char buffer[32];
+    for (int precision = 1; precision <= 17; ++precision) {
+        std::snprintf(buffer, sizeof buffer, "%.*g", precision, value);
+        if (std::strtod(buffer, nullptr) == value) break;
+    }
+    return buffer;
+}
+
+std::string format_bytes(uint64_t bytes) {
+    constexpr double kMiB = 1024.0 * 1024.0;
+    constexpr double kGiB = kMiB * 1024.0;
+    char buffer[32];
+    if (bytes >= kGiB) {
+        std::snprintf(buffer, sizeof buffer, "%.1f GiB", static_cast<double>(bytes) / kGiB);
+    } else {
+        std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / kMiB);
+    }
+    return buffer;
+}
+
+// how a [matrix] value appears in Case::matrix and the case id
+std::string value_text(const Node& node) {
+    switch (node.kind) {
+        case NodeKind::string:
+            return node.string_value;
+        case NodeKind::integer:
+            return std::to_string(node.integer_value);
+        case NodeKind::floating:
+            return format_number(node.float_value);
+        case NodeKind::boolean:
+            return node.bool_value ? "true" : "false";
+        case NodeKind::array: {
+            std::vector<std::string> items;
+            for (const Node& item : node.items) items.push_back(value_text(item));
+            return "[" + join(items, ",") + "]";
+        }
+        case NodeKind::table:
+        case NodeKind::other:
+            break;
+    }
+    return node.type_name;
+}
+
+bool is_number(const Node& node) {
+    return node.kind == NodeKind::integer || node.kind == NodeKind::floating;
+}
+
+double number_of(const Node& node) {
+    return node.kind == NodeKind::integer ? static_cast<double>(node.integer_value)
+                                          : node.float_value;
+}
+
+bool is_valid_name(std::string_view name) {
+    return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_' || c == '.' || c == '-';
+    });
+}
+
+/// Builds and checks one case: the file's settings with the [matrix] values of this point
+/// laid over them. A missing setting takes its default; a missing required one was reported
+/// by check_document and is skipped here.
+class CaseBuilder {
+  public:
+    CaseBuilder(const Document& document,
+                std::vector<std::pair<std::string, const Node*>> overrides, DiagnosticList& diags)
+        : document_(document),
+          root_(*document.root),
+          overrides_(std::move(overrides)),
+          diags_(diags),
+          family_(document.family) {}
+
+    Case build(const LoadOptions& options) {
+        Case c;
+        c.file = document_.path;
+        c.location = {document_.path, 1, 1};
+        read_identity(c);
+        read_what_runs(c);
+        const bool sized = read_shape(c);
+        read_varlen(c);
+        read_settings(c);
+        read_dtypes(c);
+        read_generators(c);
+        read_tolerances(c);
+        if (sized && options.max_memory_bytes > 0) check_memory(c, options.max_memory_bytes);
+        return c;
+    }
+
+  private:
+    const Node* get(std::string_view path) const {
+        for (const auto& [key, value] : overrides_)
+            if (key == path) return value;
+        const auto dot = path.find('.');
+        if (dot == std::string_view::npos) return root_.find(path);
+        const Node* table = root_.find(path.substr(0, dot));
+        return table ? table->find(path.substr(dot + 1)) : nullptr;
+    }
+
+    void error(const Node& at, std::string message, std::string note = {}) {
+        diags_.error(at.span, std::move(message), std::move(note));
+    }
+
+    /// The setting if it is present and of the kind asked for; a wrong kind is reported.
+    const Node* typed(std::string_view path, NodeKind kind, std::string_view expected) {
+        const Node* node = get(path);
+        if (!node) return nullptr;
+        const bool ok = kind == NodeKind::floating ? is_number(*node) : node->kind == kind;
+        if (!ok) {
+            const bool from_matrix =
+                std::any_of(overrides_.begin(), overrides_.end(),
+                            [&](const auto& override) { return override.first == path; });
+            error(*node, type_message(path, expected, *node),
+                  from_matrix
+                      ? "each alternative in [matrix] is one whole value of " + in_quotes(path)
+                      : "");
+            return nullptr;
+        }
+        return node;
+    }
+
+    const Node* string_setting(std::string_view path) {
+        return typed(path, NodeKind::string, "a string");
+    }
+    const Node* integer_setting(std::string_view path) {
+        return typed(path, NodeKind::integer, "an integer");
+    }
+    const Node* number_setting(std::string_view path) {
+        return typed(path, NodeKind::floating, "a number");
+    }
+    const Node* bool_setting(std::string_view path) {
+        return typed(path, NodeKind::boolean, "a boolean");
+    }
+
+    void read_identity(Case& c) {
+        if (const Node* name = string_setting("name")) {
+            if (is_valid_name(name->string_value)) {
+                c.name = name->string_value;
+            } else {
+                error(*name, "invalid name " + in_quotes(name->string_value),
+                      "a name uses only letters, digits, '_', '.' and '-'");
+            }
+        }
+        if (const Node* description = string_setting("description"))
+            c.description = description->string_value;
+        std::vector<std::string> parts;
+        for (const auto& [path, value] : overrides_) {
+            c.matrix.emplace_back(path, value_text(*value));
+            parts.push_back(path + "=" + c.matrix.back().second);
+        }
+        c.id = parts.empty() ? c.name : c.name + "[" + join(parts, ",") + "]";
+    }
+
+    /// The strings of an array setting that are in `allowed` (any string when it is null: the
+    /// family is unknown); unknown and repeated ones are reported. nullopt when the setting is
+    /// absent or unusable.
+    std::optional<std::vector<std::string>> read_names(std::string_view path,
+                                                       const std::vector<std::string>* allowed,
+                                                       std::string_view what,
+                                                       const std::string& unknown_suffix) {
+        const Node* list = typed(path, NodeKind::array, "an array of strings");
+        if (!list) return std::nullopt;
+        if (list->items.empty()) {
+            error(*list, in_quotes(path) + " is empty", "leave it out for the default");
+            return std::nullopt;
+        }
+        std::vector<std::string> names;
+        for (std::size_t i = 0; i < list->items.size(); ++i) {
+            const Node& item = list->items[i];
+            const std::string& name = item.string_value;
+            if (item.kind != NodeKind::string) {
+                error(item, type_message(std::string(path) + "[" + std::to_string(i) + "]",
+                                         "a string", item));
+            } else if (allowed &&
+                       std::find(allowed->begin(), allowed->end(), name) == allowed->end()) {
+                error(item, "unknown " + std::string(what) + " " + in_quotes(name) + unknown_suffix,
+                      did_you_mean_note(name, *allowed));
+            } else if (std::find(names.begin(), names.end(), name) != names.end()) {
+                error(item, std::string(what) + " " + in_quotes(name) + " is listed twice");
+            } else {
+                names.push_back(name);
+            }
+        }
+        return names;
+    }
+
+    void read_what_runs(Case& c) {
+        if (const Node* family = root_.find("family"); family && family->kind == NodeKind::string)
+            c.family = family->string_value;
+        if (const auto passes = read_names("passes", &kPasses, "pass", "")) {
+            c.forward = std::count(passes->begin(), passes->end(), "fwd") > 0;
+            c.backward = std::count(passes->begin(), passes->end(), "bwd") > 0;
+        }
+        const std::string of_family = family_ ? " for family " + in_quotes(family_->name) : "";
+        const auto variants =
+            read_names("variants", family_ ? &family_->variants : nullptr, "variant", of_family);
+        // options are the family's to define; an unknown family was reported
+        if (!family_) return;
+        c.variants = variants.value_or(family_->variants);
+        for (const auto& [option, allowed] : family_->options) {
+            const Node* value = string_setting("options." + option);
+            if (!value) {
+                c.options[option] = allowed.empty() ? "" : allowed.front();
+            } else if (std::find(allowed.begin(), allowed.end(), value->string_value) ==
+                       allowed.end()) {
+                error(*value,
+                      "unknown value " + in_quotes(value->string_value) + " for option " +
+                          in_quotes(option),
+                      did_you_mean_note(value->string_value, allowed));
+            } else {
+                c.options[option] = value->string_value;
+            }
+        }
+    }
+
+    /// B, T, H, K, V; true when all five are valid.
+    bool read_shape(Case& c) {
+        const std::pair<const char*, int64_t*> sizes[] = {
+            {"B", &c.B}, {"T", &c.T}, {"H", &c.H}, {"K", &c.K}, {"V", &c.V}};
+        bool all = true;
+        for (const auto& [letter, field] : sizes) {
+            const std::string path = std::string("shape.") + letter;
+            const Node* size = integer_setting(path);
+            if (!size) {
+                all = false;
+            } else if (size->integer_value <= 0) {
+                error(*size,
+                      path + " must be positive, got " + std::to_string(size->integer_value));
+                all = false;
+            } else {
+                *field = size->integer_value;
+            }
+        }
+        return all;
+    }
+
+    void read_varlen(Case& c) {
+        const Node* list = typed("cu_seqlens", NodeKind::array, "an array of integers");
+        if (!list) return;
+        const auto& items = list->items;
+        bool ok = true;
+        for (std::size_t i = 0; i < items.size(); ++i) {
+            if (items[i].kind == NodeKind::integer) continue;
+            error(items[i],
+                  type_message("cu_seqlens[" + std::to_string(i) + "]", "an integer", items[i]));
+            ok = false;
+        }
+        if (!ok) return;
+        if (items.size() < 2) {
+            error(*list, "cu_seqlens needs at least 2 offsets, got " + std::to_string(items.size()),
+                  "give the start of every sequence, then T, e.g. [0, 100, 1024]");
+            return;
+        }
+        if (items.front().integer_value != 0) {
+            error(items.front(),
+                  "cu_seqlens must start at 0, got " + std::to_string(items.front().integer_value),
+                  "cu_seqlens[0] is where the first sequence starts");
+            ok = false;
+        }
+        for (std::size_t i = 1; i < items.size(); ++i) {
+            const int64_t previous = items[i - 1].integer_value;
+            const int64_t offset = items[i].integer_value;
+            if (offset >= previous) continue;
+            error(items[i],
+                  "cu_seqlens[" + std::to_string(i) + "] = " + std::to_string(offset) +
+                      " is less than cu_seqlens[" + std::to_string(i - 1) +
+                      "] = " + std::to_string(previous),
+                  "offsets must not decrease (two equal offsets make an empty sequence)");
+            ok = false;
+            break;
+        }
+        // c.T and c.B stay 0 when their own value was bad, which was reported already
+        if (c.T > 0 && items.back().integer_value != c.T) {
+            error(items.back(),
+                  "cu_seqlens must end at T = " + std::to_string(c.T) + ", got " +
+                      std::to_string(items.back().integer_value),
+                  "the last offset is the total packed length, shape.T");
+            ok = false;
+        }
+        if (c.B > 1) {
+            error(*list, "cu_seqlens requires B = 1, got B = " + std::to_string(c.B),
+                  "varlen packs every sequence into one batch row: set shape.B = 1");
+            ok = false;
+        }
+        if (!ok) return;
+        for (const Node& item : items) c.cu_seqlens.push_back(item.integer_value);
+    }
+
+    void read_settings(Case& c) {
+        if (const Node* layout = string_setting("layout")) {
+            if (auto parsed = parse_layout(layout->string_value)) {
+                c.layout = *parsed;
+            } else {
+                error(*layout, "unknown layout " + in_quotes(layout->string_value),
+                      did_you_mean_note(layout->string_value, kLayouts));
+            }
+        }
+        if (const Node* chunk = integer_setting("chunk_size")) {
+            const int64_t v = chunk->integer_value;
+            if (v == 16 || v == 32 || v == 64) {
+                c.chunk_size = v;
+            } else {
+                error(*chunk,
+                      "chunk_size must be a power of two in [16, 64], got " + std::to_string(v),
+                      "use 16, 32 or 64");
+            }
+        }
+        if (const Node* scale = number_setting("scale")) {
+            const double v = number_of(*scale);
+            if (!std::isfinite(v)) {
+                error(*scale, "scale must be finite, got " + format_number(v));
+            } else if (v <= 0) {
+                error(*scale, "scale must be positive, got " + format_number(v),
+                      "leave scale out for the default K^-0.5");
+            } else {
+                c.scale = v;
+            }
+        }
+        if (const Node* seed = integer_setting("seed")) {
+            if (seed->integer_value < 0) {
+                error(*seed,
+                      "seed must be non-negative, got " + std::to_string(seed->integer_value));
+            } else {
+                c.seed = static_cast<uint64_t>(seed->integer_value);
+            }
+        }
+        if (const Node* initial = bool_setting("initial_state"))
+            c.initial_state = initial->bool_value;
+        if (const Node* long_case = bool_setting("long")) c.long_case = long_case->bool_value;
+    }
+
+    std::optional<DType> read_dtype(const std::string& role) {
+        const Node* value = string_setting("dtypes." + role);
+        if (!value) return std::nullopt;
+        const std::string& spelling = value->string_value;
+        const auto dtype = parse_dtype(spelling);
+        if (!dtype) {
+            error(*value, "unknown dtype " + in_quotes(spelling),
+                  "expected one of: " + dtype_names_list());
+            return std::nullopt;
+        }
+        if (std::find(kSupportedDTypes.begin(), kSupportedDTypes.end(), *dtype) ==
+            kSupportedDTypes.end()) {
+            std::vector<std::string> names;
+            for (DType d : kSupportedDTypes) names.emplace_back(dtype_name(d));
+            error(*value, "dtype " + in_quotes(spelling) + " is not supported for " + role,
+                  "this build takes " + join(names) + " for " + role);
+            return std::nullopt;
+        }
+        return dtype;
+    }
+
+    void read_dtypes(Case& c) {
+        c.input_dtype = read_dtype("inputs").value_or(DType::bf16);
+        c.gate_dtype = read_dtype("gates").value_or(DType::fp32);
+        c.state_dtype = read_dtype("state").value_or(DType::fp32);
+        c.output_dtype = read_dtype("output").value_or(c.input_dtype);
+    }
+
+    std::optional<Generator> read_generator(const Node& entry) {
+        const std::string path = "inputs." + entry.key;
+        Generator generator;
+        const Node* dist = nullptr;
+        bool ok = true;
+        if (entry.kind == NodeKind::string) {
+            dist = &entry;
+        } else if (entry.kind == NodeKind::table) {
+            if ((dist = entry.find("dist")) && dist->kind != NodeKind::string) {
+                error(*dist, type_message(path + ".dist", "a string", *dist));
+                dist = nullptr;
+                ok = false;
+            }
+            for (const char* field : {"scale", "normalizer"}) {
+                const Node* value = entry.find(field);
+                if (!value) continue;
+                const std::string field_path = path + "." + field;
+                if (!is_number(*value)) {
+                    error(*value, type_message(field_path, "a number", *value));
+                    ok = false;
+                    continue;
+                }
+                const double v = number_of(*value);
+                // the normalizer divides, so it must be positive; a scale only needs to be finite
+                const bool is_normalizer = std::string_view(field) == "normalizer";
+                if (!std::isfinite(v) || (is_normalizer && v <= 0)) {
+                    error(*value, field_path +
+                                      (is_normalizer ? " must be positive and finite, got "
+                                                     : " must be finite, got ") +
+                                      format_number(v));
+                    ok = false;
+                    continue;
+                }
+                (is_normalizer ? generator.normalizer : generator.scale) = v;
+            }
+        } else {
+            error(entry, type_message(path, "a string or a table", entry),
+                  "e.g. " + entry.key + " = \"randn\" or " + entry.key +
+                      " = { dist = \"randn\", scale = 0.5 }");
+            return std::nullopt;
+        }
+        if (dist) {
+            if (std::find(kDists.begin(), kDists.end(), dist->string_value) == kDists.end()) {
+                error(*dist, "unknown dist " + in_quotes(dist->string_value),
+                      did_you_mean_note(dist->string_value, kDists));
+                ok = false;
+            } else {
+                generator.dist = dist->string_value;
+            }
+        }
+        if (!ok) return std::nullopt;
+        return generator;
+    }
+
+    void read_generators(Case& c) {
+        const Node* inputs = root_.find("inputs");
+        if (!family_ || !inputs || inputs->kind != NodeKind::table) return;
+        for (const Node& entry : inputs->items) {
+            const auto& known = family_->inputs;
+            if (std::find(known.begin(), known.end(), entry.key) == known.end()) continue;
+            if (auto generator = read_generator(entry)) c.generators[entry.key] = *generator;
+        }
+    }
+
+    void read_tolerances(Case& c) {
+        const Node* tolerances = root_.find("tolerances");
+        if (!family_ || !tolerances || tolerances->kind != NodeKind::table) return;
+        for (const Node& entry : tolerances->items) {
+            const auto& known = family_->measured;
+            if (std::find(known.begin(), known.end(), entry.key) == known.end()) continue;
+            const std::string path = "tolerances." + entry.key;
+            if (!is_number(entry)) {
+                error(entry, type_message(path, "a number", entry));
+                continue;
+            }
+            const double v = number_of(entry);
+            if (!std::isfinite(v) || v <= 0) {
+                error(entry, path + " must be positive and finite, got " + format_number(v),
+                      "a tolerance bounds the relative RMS error of the tensor");
+                continue;
+            }
+            c.tolerances[entry.key] = v;
+        }
+    }
+
+    void check_memory(const Case& c, uint64_t limit) {
+        const uint64_t need = estimate_case_bytes(c);
+        if (need <= limit) return;
+        const Node* shape = root_.find("shape");
+        const Span at = shape ? shape->span : Span{{document_.path, 1, 1}, 1};
+        diags_.error(at,
+                     "case " + in_quotes(c.id) + " needs about " + format_bytes(need) +
+                         ", more than --max-memory " + format_bytes(limit),
+                     "lower shape.T/B/H or raise --max-memory");
+    }
+
+    const Document& document_;
+    const Node& root_;
+    const std::vector<std::pair<std::string, const Node*>> overrides_;
+    DiagnosticList& diags_;
+    const FamilyInfo* family_;
+};
+
+}  // namespace
+
+std::vector<Case> expand_cases(const Document& document, const LoadOptions& options,
+                               DiagnosticList& diags) {
+    const auto& axes = document.axes;
+    std::vector<std::size_t> index(axes.size(), 0);
+    std::vector<Case> cases;
+    while (true) {
+        std::vector<std::pair<std::string, const Node*>> overrides;
+        for (std::size_t a = 0; a < axes.size(); ++a)
+            overrides.emplace_back(axes[a].path, axes[a].values[index[a]]);
+        cases.push_back(CaseBuilder(document, std::move(overrides), diags).build(options));
+        if (diags.full()) break;
+        // an odometer: the last axis turns fastest, so the first key declared varies slowest
+        std::size_t a = axes.size();
+        while (a > 0 && ++index[a - 1] == axes[a - 1].values.size()) index[--a] = 0;
+        if (a == 0) break;
+    }
+    return cases;
+}
+
+uint64_t estimate_case_bytes(const Case& c) {
+    // bytes = B·T · H·(2K + V) · 8 · 6  +  N · H·K·V · 8 · (⌈T/chunk_size⌉ + 2·⌈√T⌉ + 4)
+    //   per token and head, q, k, v (2K + V values) and likewise o and the gradients, in fp64
+    //   (8 bytes), 6 copies (drawn inputs, quantised inputs, gradients, gold, emulation, kernel);
+    //   per sequence (N = B, or the cu_seqlens segments) and head, one K×V fp64 state at each
+    //   chunk boundary, up to 2·√T backward checkpoints and 4 more (initial, final, working).
+    // long double keeps huge shapes from overflowing before the final clamp
+    using Real = long double;
+    const Real tokens = static_cast<Real>(c.B) * static_cast<Real>(c.T);
+    const Real per_token = static_cast<Real>(c.H) * static_cast<Real>(2 * c.K + c.V) * 8 * 6;
+    const Real sequences =
+        c.cu_seqlens.empty() ? static_cast<Real>(c.B) : static_cast<Real>(c.cu_seqlens.size() - 1);
+    const Real chunk = static_cast<Real>(std::max<int64_t>(c.chunk_size, 1));
+    const Real t = static_cast<Real>(std::max<int64_t>(c.T, 0));
+    const Real states = std::ceil(t / chunk) + 2 * std::ceil(std::sqrt(t)) + 4;
+    const Real state_bytes =
+        static_cast<Real>(c.H) * static_cast<Real>(c.K) * static_cast<Real>(c.V) * 8;
+    const Real total = tokens * per_token + sequences * state_bytes * states;
+    const Real most = static_cast<Real>(std::numeric_limits<uint64_t>::max());
+    return total >= most ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(total);
+}
+
+}  // namespace lav::scenario

@@ -1,0 +1,78 @@
+// src/scenario/document.h — a scenario file as a located tree, parse to expand (private header).
+//
+// parse.cpp turns the TOML text into a Node tree (every key and value with its Span, table keys
+// in declaration order) and checks the file's structure once: known keys, required keys, the
+// family and the [matrix] axes. expand.cpp then builds one Case per point of the [matrix] cross
+// product and checks every value of it. No toml++ type crosses this header.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "scenario/case.h"
+#include "scenario/catalog.h"
+#include "scenario/diagnostics.h"
+#include "scenario/scenario.h"
+
+namespace lav::scenario {
+
+enum class NodeKind { string, integer, floating, boolean, array, table, other };
+
+/// One TOML value and where it was written.
+struct Node {
+    NodeKind kind = NodeKind::other;
+    std::string type_name;  ///< for messages: "string", "integer", "float", "boolean", "date", ...
+    std::string string_value;
+    int64_t integer_value = 0;
+    double float_value = 0;
+    bool bool_value = false;
+    /// array elements in order, or table entries in declaration order
+    std::vector<Node> items;
+    std::string key;  ///< this entry's key in its table; empty for array elements and the root
+    Span key_span;    ///< where the key was written
+    Span span;        ///< where the value was written ([shape] for a table header)
+
+    /// The entry of a table by key; nullptr when absent or when this is not a table.
+    const Node* find(std::string_view name) const;
+};
+
+/// One [matrix] key and its alternatives, e.g. "dtypes.inputs" -> ["fp32", "bf16"].
+struct MatrixAxis {
+    std::string path;
+    std::vector<const Node*> values;  ///< the alternatives, each with its own span
+};
+
+/// A structurally checked scenario file, ready for expansion.
+struct Document {
+    std::string path;
+    const Node* root = nullptr;
+    const FamilyInfo* family = nullptr;  ///< nullptr when the family is missing or unknown
+    std::vector<MatrixAxis> axes;        ///< in declaration order
+};
+
+/// Parses TOML text into a Node tree. A syntax error is recorded (the first only) and gives
+/// nullopt.
+std::optional<Node> parse_toml(const std::string& path, std::string_view text,
+                               DiagnosticList& diags);
+
+/// Checks the keys and the structure of a parsed file and collects its [matrix] axes. Gives
+/// nullopt when the file cannot be expanded: a schema this build does not read, or a [matrix]
+/// of more cases than a file may hold.
+std::optional<Document> check_document(const std::string& path, const Node& root,
+                                       const Catalog& catalog, DiagnosticList& diags);
+
+/// Expands the [matrix] cross product and checks each case's values. Cases are returned even
+/// when errors were recorded; the caller throws.
+std::vector<Case> expand_cases(const Document& document, const LoadOptions& options,
+                               DiagnosticList& diags);
+
+/// 'text', as names and values are quoted in messages.
+std::string in_quotes(std::string_view text);
+
+/// "'seed' must be an integer, got string" and the like, for a value of the wrong TOML type.
+std::string type_message(std::string_view path, std::string_view expected, const Node& got);
+
+}  // namespace lav::scenario
