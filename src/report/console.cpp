@@ -1,1 +1,149 @@
-// src/report/console.cpp — placeholder
+// src/report/console.cpp — the summary table and failure messages of console.h.
+#include "report/console.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace lav::report {
+namespace {
+
+/// Widest case id shown in the summary table; longer ones lose their middle.
+constexpr size_t kMaxIdWidth = 60;
+
+bool is_continuation_byte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+/// Terminal columns of a UTF-8 string, counting one per code point.
+size_t width(const std::string& s) {
+    return static_cast<size_t>(
+        std::count_if(s.begin(), s.end(), [](char c) { return !is_continuation_byte(c); }));
+}
+
+/// The first `n` code points of `s`.
+std::string first_code_points(const std::string& s, size_t n) {
+    size_t end = 0;
+    for (size_t seen = 0; end < s.size(); ++end) {
+        if (!is_continuation_byte(s[end]) && seen++ == n) break;
+    }
+    return s.substr(0, end);
+}
+
+/// The last `n` code points of `s`.
+std::string last_code_points(const std::string& s, size_t n) {
+    return s.substr(first_code_points(s, width(s) - std::min(n, width(s))).size());
+}
+
+std::string pad(const std::string& s, size_t columns) {
+    return s + std::string(columns > width(s) ? columns - width(s) : 0, ' ');
+}
+
+std::string format(const char* spec, double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, spec, value);
+    return text;
+}
+
+std::string upper(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return s;
+}
+
+std::string shorten_id(const std::string& id) {
+    if (width(id) <= kMaxIdWidth) return id;
+    // keep "/variant/backend/pass" whole where it fits: it tells apart the rows of a scenario
+    size_t tail = kMaxIdWidth / 2;
+    size_t cut = id.size();
+    for (int i = 0; i < 3 && cut != std::string::npos && cut > 0; ++i) cut = id.rfind('/', cut - 1);
+    if (cut != std::string::npos) tail = std::min(tail, width(id.substr(cut)));
+    return first_code_points(id, kMaxIdWidth - 1 - tail) + "…" + last_code_points(id, tail);
+}
+
+std::string plural(size_t n, const char* noun) {
+    return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
+/// Each line of `text` on its own line, indented by two spaces.
+void print_indented(std::ostream& out, const std::string& text) {
+    size_t start = 0;
+    while (start < text.size()) {
+        const size_t end = std::min(text.find('\n', start), text.size());
+        out << "  " << text.substr(start, end - start) << '\n';
+        start = end + 1;
+    }
+}
+
+}  // namespace
+
+void print_summary_table(std::ostream& out, const Report& report) {
+    // id, verdict, worst tensor, rel_rmse, bound, seconds
+    using Row = std::array<std::string, 6>;
+    std::vector<Row> rows = {{"case", "verdict", "worst", "rel_rmse", "bound", "seconds"}};
+    size_t passed = 0, failed = 0, errors = 0;
+    for (const CaseRecord& c : report.cases) {
+        const MetricRow* worst = c.worst();
+        rows.push_back({shorten_id(c.id), upper(c.verdict), worst ? worst->tensor : "-",
+                        worst ? format("%.2e", worst->rel_rmse) : "-",
+                        worst ? format("%.2e", worst->bound) : "-", format("%.2f", c.seconds)});
+        if (c.verdict == "pass")
+            ++passed;
+        else if (c.verdict == "fail")
+            ++failed;
+        else
+            ++errors;
+    }
+
+    const size_t columns = rows.front().size();
+    std::vector<size_t> widths(columns, 0);
+    for (const Row& r : rows)
+        for (size_t i = 0; i < columns; ++i) widths[i] = std::max(widths[i], width(r[i]));
+    if (!report.cases.empty()) {
+        for (const Row& r : rows) {
+            for (size_t i = 0; i + 1 < columns; ++i) out << pad(r[i], widths[i]) << "  ";
+            // seconds are right-aligned so that their decimal points line up
+            out << std::string(widths.back() - width(r.back()), ' ') << r.back() << '\n';
+        }
+    }
+    out << plural(report.cases.size(), "case") << ": " << passed << " passed, " << failed
+        << " failed, " << plural(errors, "error") << (report.complete ? "" : " (incomplete run)")
+        << '\n';
+}
+
+void print_case_failure(std::ostream& out, const CaseRecord& record) {
+    out << upper(record.verdict) << ' ' << record.id << "  " << record.shape;
+    if (!record.cu_seqlens.empty()) out << "  cu_seqlens " << record.cu_seqlens;
+    out << "  " << record.input_dtype << " in / " << record.state_dtype << " state / "
+        << record.layout << '\n';
+
+    if (record.verdict == "error") {
+        print_indented(out, record.message);
+    } else {
+        size_t name_width = 3;
+        for (const MetricRow& m : record.metrics)
+            if (!m.pass) name_width = std::max(name_width, width(m.tensor));
+        bool any_failing = false;
+        for (const MetricRow& m : record.metrics) {
+            if (m.pass) continue;
+            any_failing = true;
+            // written so that a NaN error reads as above its bound
+            const char* relation = m.rel_rmse <= m.bound ? " ≤ " : " > ";
+            out << "  tensor " << pad(m.tensor, name_width) << "   rel_rmse "
+                << format("%.1e", m.rel_rmse) << relation << "bound " << format("%.1e", m.bound)
+                << "   max |Δ| " << format("%.1e", m.max_abs);
+            if (!m.max_abs_index.empty()) out << " at " << m.max_abs_index;
+            out << "   nonfinite " << m.nonfinite;
+            if (!m.expected_dtype.empty() && m.dtype != m.expected_dtype)
+                out << "   dtype " << m.dtype << ", contract " << m.expected_dtype;
+            out << '\n';
+        }
+        if (!any_failing && record.findings.empty() && !record.message.empty())
+            print_indented(out, record.message);
+    }
+    for (const Finding& f : record.findings)
+        out << "  " << f.kind << (f.tensor.empty() ? "" : " " + f.tensor) << ": " << f.message
+            << '\n';
+}
+
+}  // namespace lav::report

@@ -22,10 +22,10 @@ struct RunInfo {
     std::string git_commit;
     std::string torch_version;
     std::string hdf5_version;
-    std::string device;        ///< "cpu (2 threads)" or the GPU name
+    std::string device;  ///< "cpu (2 threads)" or the GPU name
     std::string command_line;
-    std::string started_at;    ///< ISO 8601 UTC
-    uint64_t seed = 0;         ///< the base seed; each case records its own too
+    std::string started_at;  ///< ISO 8601 UTC
+    uint64_t seed = 0;       ///< the base seed; each case records its own too
 };
 
 /// One measured tensor of one case.
@@ -35,10 +35,10 @@ struct MetricRow {
     std::string expected_dtype;  ///< dtype the contract declares
     double rel_rmse = 0;         ///< ‖x − ref‖₂ / ‖ref‖₂
     double max_abs = 0;
-    std::string max_abs_index;   ///< "[1, 917, 2, 40]"
+    std::string max_abs_index;  ///< "[1, 917, 2, 40]"
     double max_rel = 0;
-    int64_t nonfinite = 0;       ///< NaN/Inf where the reference is finite
-    double bound = 0;            ///< rel_rmse bound
+    int64_t nonfinite = 0;  ///< NaN/Inf where the reference is finite
+    double bound = 0;       ///< rel_rmse bound
     bool pass = true;
 };
 
@@ -90,7 +90,8 @@ struct Report {
 
 /// Writes a report case by case; the file at `path` is complete and readable after each add().
 class ReportWriter {
-public:
+  public:
+    /// Writes the empty report at once, so an unwritable path fails before any case runs.
     ReportWriter(std::string path, RunInfo run);
     /// Appends a case and atomically replaces the file. Throws ReportError (exit 3) on I/O failure.
     void add(CaseRecord record);
@@ -98,7 +99,7 @@ public:
     void finish();
     const Report& report() const { return report_; }
 
-private:
+  private:
     void write() const;
     std::string path_;
     Report report_;

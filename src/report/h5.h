@@ -1,0 +1,169 @@
+// src/report/h5.h — RAII wrappers over the HDF5 C API for reports; not a general HDF5 binding.
+//
+// One throwing function per C call: every failure becomes a ReportError naming the file and the
+// object path, with the innermost message of HDF5's error stack (whose automatic printing is
+// switched off). A file opened for reading maps its failures to exit code 2 (the file is at
+// fault); a file being written maps them to exit code 3 (the environment is).
+//
+//   h5::File file = h5::File::create("run.h5.tmp");
+//   h5::Group cases = file.create_group("cases", h5::Order::kCreation);
+//   h5::write_attribute(file, "case_count", int32_t{3});
+//   h5::write_table(cases, "metrics", {{"tensor", std::vector<std::string>{"o"}},
+//                                      {"rel_rmse", std::vector<double>{6.1e-3}}});
+//   file.close();
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/error.h"
+
+namespace lav::report::h5 {
+
+/// Owns one HDF5 identifier and releases it with the H5*close function it came from.
+class Handle {
+  public:
+    using CloseFn = herr_t (*)(hid_t);
+
+    Handle() = default;
+    Handle(hid_t id, CloseFn close) : id_(id), close_(close) {}
+    Handle(Handle&& other) noexcept;
+    Handle& operator=(Handle&& other) noexcept;
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    ~Handle();
+
+    hid_t get() const { return id_; }
+    /// Releases the identifier now; false when HDF5 reports a failure.
+    bool release();
+
+  private:
+    hid_t id_ = H5I_INVALID_HID;
+    CloseFn close_ = nullptr;
+};
+
+/// An open file, group or dataset: its handle, the file it lives in and its path there.
+class Object {
+  public:
+    hid_t id() const { return handle_.get(); }
+    const std::string& path() const { return path_; }
+    /// The path of a child called `name`.
+    std::string child_path(const std::string& name) const;
+    /// After a failed HDF5 call: throws ReportError "<file>: error: cannot <action> <object>:
+    /// <innermost message of HDF5's error stack>".
+    [[noreturn]] void fail(const std::string& action, const std::string& object) const;
+    /// For contents lav does not expect: throws ReportError "<file>: error: <path> <what>".
+    [[noreturn]] void invalid(const std::string& what) const;
+
+  protected:
+    Object(Handle handle, std::string file_name, std::string path, ExitCode exit_code);
+    /// An object of the same file as `parent`.
+    Object(Handle handle, const Object& parent, std::string path);
+    Handle& handle() { return handle_; }
+
+  private:
+    Handle handle_;
+    std::string file_name_;
+    std::string path_;
+    ExitCode exit_code_;
+};
+
+class Dataset : public Object {
+  public:
+    Dataset(Handle handle, const Object& parent, std::string path)
+        : Object(std::move(handle), parent, std::move(path)) {}
+    /// Number of rows of a 1-D dataset; throws if the dataset is not 1-D.
+    size_t rows() const;
+};
+
+/// How a group orders its links when listed.
+enum class Order { kName, kCreation };
+
+class Group : public Object {
+  public:
+    Group(Handle handle, const Object& parent, std::string path)
+        : Object(std::move(handle), parent, std::move(path)) {}
+
+    Group create_group(const std::string& name, Order order = Order::kName) const;
+    Group open_group(const std::string& name) const;
+    Dataset open_dataset(const std::string& name) const;
+    /// Names of the links in this group, in creation order if the group tracks it.
+    std::vector<std::string> link_names() const;
+
+  protected:
+    Group(Handle handle, std::string file_name, ExitCode exit_code)
+        : Object(std::move(handle), std::move(file_name), "/", exit_code) {}
+};
+
+class File : public Group {
+  public:
+    /// Creates (truncates) `path` for writing; failures map to exit code 3.
+    static File create(const std::string& path);
+    /// Opens `path` read-only; failures map to exit code 2.
+    static File open_read_only(const std::string& path);
+    /// Closes the file, so that everything written is on disk; throws on failure.
+    void close();
+
+  private:
+    File(Handle handle, std::string file_name, ExitCode exit_code)
+        : Group(std::move(handle), std::move(file_name), exit_code) {}
+};
+
+/// True when `path` is an HDF5 file (H5Fis_hdf5); false for any other file or none.
+bool is_hdf5(const std::string& path);
+
+bool has_attribute(const Object& object, const std::string& name);
+/// Scalar attributes; an attribute of the same name is replaced. Strings are vlen UTF-8.
+void write_attribute(const Object& object, const std::string& name, const std::string& value);
+void write_attribute(const Object& object, const std::string& name, int32_t value);
+void write_attribute(const Object& object, const std::string& name, int64_t value);
+void write_attribute(const Object& object, const std::string& name, uint64_t value);
+void write_attribute(const Object& object, const std::string& name, double value);
+/// Reads a scalar attribute, converting between numeric types as HDF5 does. Defined for
+/// std::string (vlen or fixed-length), int64_t, uint64_t and double.
+template <typename T>
+T read_attribute(const Object& object, const std::string& name);
+
+/// A 1-D float64 dataset.
+Dataset write_doubles(const Group& parent, const std::string& name,
+                      const std::vector<double>& values);
+std::vector<double> read_doubles(const Dataset& dataset);
+
+/// The values of one column of a compound table.
+using ColumnValues = std::variant<std::vector<std::string>, std::vector<double>,
+                                  std::vector<int64_t>, std::vector<uint8_t>>;
+
+/// One column: its member name in the compound type, and its values (one per row).
+struct Column {
+    std::string name;
+    ColumnValues values;
+};
+
+/// A table held column by column; every column has the same number of rows.
+using Table = std::vector<Column>;
+
+/// Writes `table` as a 1-D compound dataset with one member per column: strings as vlen UTF-8,
+/// doubles as IEEE f64, int64 and uint8 little-endian. An empty table gives an empty dataset.
+Dataset write_table(const Group& parent, const std::string& name, const Table& table);
+
+/// Reads the columns that `like` names, typed as the (empty) vectors there say. Members the file
+/// has beyond those are ignored; a missing member or a member of another kind is an error.
+Table read_table(const Group& parent, const std::string& name, const Table& like);
+
+/// The values of column `name` of `table`; throws InternalError when it has none of type T.
+template <typename T>
+const std::vector<T>& column(const Table& table, const std::string& name) {
+    for (const auto& c : table)
+        if (c.name == name && std::holds_alternative<std::vector<T>>(c.values))
+            return std::get<std::vector<T>>(c.values);
+    LAV_ASSERT(false, "table has no column '", name, "' of the requested type");
+    static const std::vector<T> kNone;
+    return kNone;
+}
+
+}  // namespace lav::report::h5
