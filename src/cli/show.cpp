@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "report/console.h"
 #include "report/report.h"
 

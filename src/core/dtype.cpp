@@ -52,10 +52,15 @@ std::string dtype_names_list() {
 
 c10::ScalarType to_scalar_type(DType dtype) { return row(dtype).storage; }
 
-std::string scalar_type_name(c10::ScalarType type) {
+std::optional<DType> from_scalar_type(c10::ScalarType type) {
     // tf32 shares float32 storage, so the storage type reads back as fp32
     for (const auto& r : kDTypes)
-        if (r.storage == type && r.dtype != DType::tf32) return std::string(r.name);
+        if (r.storage == type && r.dtype != DType::tf32) return r.dtype;
+    return std::nullopt;
+}
+
+std::string scalar_type_name(c10::ScalarType type) {
+    if (const auto d = from_scalar_type(type)) return std::string(dtype_name(*d));
     switch (type) {
         case c10::ScalarType::Long: return "int64";
         case c10::ScalarType::Int: return "int32";

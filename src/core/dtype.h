@@ -25,6 +25,9 @@ std::string dtype_names_list();
 /// The LibTorch storage type of a dtype (tf32 is stored as float32).
 c10::ScalarType to_scalar_type(DType dtype);
 
+/// The lav dtype stored as `type` (float32 reads as fp32, never tf32); nullopt for non-floating types.
+std::optional<DType> from_scalar_type(c10::ScalarType type);
+
 /// The lav spelling of a LibTorch floating type; "int64" etc. for non-floating ones.
 std::string scalar_type_name(c10::ScalarType type);
 

@@ -12,7 +12,7 @@ namespace lav::report {
 namespace {
 
 /// Widest case id shown in the summary table; longer ones lose their middle.
-constexpr size_t kMaxIdWidth = 60;
+constexpr size_t kMaxIdWidth = 100;
 
 bool is_continuation_byte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
