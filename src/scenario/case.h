@@ -43,6 +43,7 @@ struct Case {
 
     // shape and layout
     int64_t B = 0, T = 0, H = 0, K = 0, V = 0;
+    int64_t HV = 0;  ///< value heads for grouped value attention (GVA); equals H unless set
     Layout layout = Layout::head_last;
     std::vector<int64_t> cu_seqlens;  ///< empty unless varlen (then B == 1)
     int64_t chunk_size = 64;

@@ -3,7 +3,8 @@
 // parse.cpp turns the TOML text into a Node tree (every key and value with its Span, table keys
 // in declaration order) and checks the file's structure once: known keys, required keys, the
 // family and the [matrix] axes. expand.cpp then builds one Case per point of the [matrix] cross
-// product and checks every value of it. No toml++ type crosses this header.
+// product, checks every value of it, and then the family's own rules (FamilyInfo::check). No
+// toml++ type crosses this header.
 #pragma once
 
 #include <cstdint>
@@ -64,8 +65,10 @@ std::optional<Node> parse_toml(const std::string& path, std::string_view text,
 std::optional<Document> check_document(const std::string& path, const Node& root,
                                        const Catalog& catalog, DiagnosticList& diags);
 
-/// Expands the [matrix] cross product and checks each case's values. Cases are returned even
-/// when errors were recorded; the caller throws.
+/// Expands the [matrix] cross product and checks each case's values, then runs the family's
+/// rules on each case without errors when `diags` held none on entry (a file with misplaced
+/// keys may not say what its author meant). Cases are returned even when errors were
+/// recorded; the caller throws.
 std::vector<Case> expand_cases(const Document& document, const LoadOptions& options,
                                DiagnosticList& diags);
 

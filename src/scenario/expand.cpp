@@ -17,6 +17,7 @@ const std::vector<std::string> kDists = {"randn", "rand", "logsigmoid",
                                          "zeros", "ones", "retention"};
 // what this build's kernels take, for every role (inputs, gates, state, output)
 const std::vector<DType> kSupportedDTypes = {DType::fp32, DType::fp16, DType::bf16};
+const std::vector<std::string> kBooleanValues = {"false", "true"};
 
 // the shortest text that reads back as the same double: 0.125, 0.005, 1e-05
 std::string format_number(double value) {
@@ -72,6 +73,12 @@ double number_of(const Node& node) {
                                           : node.float_value;
 }
 
+// an option whose allowed values are exactly false and true may be written as a TOML boolean
+bool is_boolean_option(const std::vector<std::string>& allowed) {
+    return allowed.size() == kBooleanValues.size() &&
+           std::is_permutation(allowed.begin(), allowed.end(), kBooleanValues.begin());
+}
+
 bool is_valid_name(std::string_view name) {
     return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -81,7 +88,8 @@ bool is_valid_name(std::string_view name) {
 
 /// Builds and checks one case: the file's settings with the [matrix] values of this point
 /// laid over them. A missing setting takes its default; a missing required one was reported
-/// by check_document and is skipped here.
+/// by check_document and is skipped here. The family's own rules run last, on a case that
+/// passed every generic check.
 class CaseBuilder {
   public:
     CaseBuilder(const Document& document,
@@ -92,7 +100,8 @@ class CaseBuilder {
           diags_(diags),
           family_(document.family) {}
 
-    Case build(const LoadOptions& options) {
+    /// `well_formed`: check_document found nothing wrong with the file's structure.
+    Case build(const LoadOptions& options, bool well_formed) {
         Case c;
         c.file = document_.path;
         c.location = {document_.path, 1, 1};
@@ -105,6 +114,9 @@ class CaseBuilder {
         read_generators(c);
         read_tolerances(c);
         if (sized && options.max_memory_bytes > 0) check_memory(c, options.max_memory_bytes);
+        // a family's rules may rely on what the generic checks ensure (H > 0 for H | HV), and a
+        // file with misplaced keys may not say what its author meant
+        if (well_formed && errors_ == 0) check_family_rules(c);
         return c;
     }
 
@@ -118,8 +130,22 @@ class CaseBuilder {
         return table ? table->find(path.substr(dot + 1)) : nullptr;
     }
 
+    void error(const Span& at, std::string message, std::string note = {}) {
+        ++errors_;
+        diags_.error(at, std::move(message), std::move(note));
+    }
+
     void error(const Node& at, std::string message, std::string note = {}) {
-        diags_.error(at.span, std::move(message), std::move(note));
+        error(at.span, std::move(message), std::move(note));
+    }
+
+    void wrong_type(std::string_view path, std::string_view expected, const Node& node) {
+        const bool from_matrix =
+            std::any_of(overrides_.begin(), overrides_.end(),
+                        [&](const auto& override) { return override.first == path; });
+        error(node, type_message(path, expected, node),
+              from_matrix ? "each alternative in [matrix] is one whole value of " + in_quotes(path)
+                          : "");
     }
 
     /// The setting if it is present and of the kind asked for; a wrong kind is reported.
@@ -128,13 +154,7 @@ class CaseBuilder {
         if (!node) return nullptr;
         const bool ok = kind == NodeKind::floating ? is_number(*node) : node->kind == kind;
         if (!ok) {
-            const bool from_matrix =
-                std::any_of(overrides_.begin(), overrides_.end(),
-                            [&](const auto& override) { return override.first == path; });
-            error(*node, type_message(path, expected, *node),
-                  from_matrix
-                      ? "each alternative in [matrix] is one whole value of " + in_quotes(path)
-                      : "");
+            wrong_type(path, expected, *node);
             return nullptr;
         }
         return node;
@@ -219,30 +239,47 @@ class CaseBuilder {
         if (!family_) return;
         c.variants = variants.value_or(family_->variants);
         for (const auto& [option, allowed] : family_->options) {
-            const Node* value = string_setting("options." + option);
+            const Node* value = get("options." + option);
             if (!value) {
                 c.options[option] = allowed.empty() ? "" : allowed.front();
-            } else if (std::find(allowed.begin(), allowed.end(), value->string_value) ==
-                       allowed.end()) {
-                error(*value,
-                      "unknown value " + in_quotes(value->string_value) + " for option " +
-                          in_quotes(option),
-                      did_you_mean_note(value->string_value, allowed));
-            } else {
-                c.options[option] = value->string_value;
+            } else if (auto text = option_text(option, allowed, *value)) {
+                c.options[option] = *text;
             }
         }
     }
 
-    /// B, T, H, K, V; true when all five are valid.
+    /// An option's value as Case::options spells it; nullopt (reported) when it is not one of
+    /// the allowed values. A boolean option takes true and false with or without quotes.
+    std::optional<std::string> option_text(const std::string& option,
+                                           const std::vector<std::string>& allowed,
+                                           const Node& value) {
+        const bool boolean = is_boolean_option(allowed);
+        if (boolean && value.kind == NodeKind::boolean) return value.bool_value ? "true" : "false";
+        if (value.kind != NodeKind::string) {
+            wrong_type("options." + option, boolean ? "a boolean" : "a string", value);
+            return std::nullopt;
+        }
+        const std::string& text = value.string_value;
+        if (std::find(allowed.begin(), allowed.end(), text) == allowed.end()) {
+            error(value, "unknown value " + in_quotes(text) + " for option " + in_quotes(option),
+                  did_you_mean_note(text, allowed));
+            return std::nullopt;
+        }
+        return text;
+    }
+
+    /// B, T, H, K, V and HV (H when left out); true when all six are valid.
     bool read_shape(Case& c) {
-        const std::pair<const char*, int64_t*> sizes[] = {
-            {"B", &c.B}, {"T", &c.T}, {"H", &c.H}, {"K", &c.K}, {"V", &c.V}};
+        const std::pair<const char*, int64_t*> sizes[] = {{"B", &c.B}, {"T", &c.T}, {"H", &c.H},
+                                                          {"K", &c.K}, {"V", &c.V}, {"HV", &c.HV}};
         bool all = true;
         for (const auto& [letter, field] : sizes) {
             const std::string path = std::string("shape.") + letter;
             const Node* size = integer_setting(path);
-            if (!size) {
+            if (!size && field == &c.HV && !get(path)) {
+                // no grouped value attention: one value head per query/key head
+                c.HV = c.H;
+            } else if (!size) {
                 all = false;
             } else if (size->integer_value <= 0) {
                 error(*size,
@@ -468,10 +505,28 @@ class CaseBuilder {
         if (need <= limit) return;
         const Node* shape = root_.find("shape");
         const Span at = shape ? shape->span : Span{{document_.path, 1, 1}, 1};
-        diags_.error(at,
-                     "case " + in_quotes(c.id) + " needs about " + format_bytes(need) +
-                         ", more than --max-memory " + format_bytes(limit),
-                     "lower shape.T/B/H or raise --max-memory");
+        error(at,
+              "case " + in_quotes(c.id) + " needs about " + format_bytes(need) +
+                  ", more than --max-memory " + format_bytes(limit),
+              "lower shape.T/B/H or raise --max-memory");
+    }
+
+    /// Where a setting was written: its value (the [matrix] alternative when it came from
+    /// there); for a default, the header of its table when the file has one, else 1:1.
+    Span setting_span(std::string_view path) const {
+        if (const Node* value = get(path)) return value->span;
+        const auto dot = path.find('.');
+        if (dot != std::string_view::npos) {
+            const Node* table = root_.find(path.substr(0, dot));
+            if (table && table->kind == NodeKind::table) return table->span;
+        }
+        return {{document_.path, 1, 1}, 1};
+    }
+
+    void check_family_rules(const Case& c) {
+        if (!family_ || !family_->check) return;
+        for (const FamilyIssue& issue : family_->check(c))
+            error(setting_span(issue.path), issue.message, issue.note);
     }
 
     const Document& document_;
@@ -479,6 +534,7 @@ class CaseBuilder {
     const std::vector<std::pair<std::string, const Node*>> overrides_;
     DiagnosticList& diags_;
     const FamilyInfo* family_;
+    int errors_ = 0;  ///< errors found in this case, repeats of other cases' included
 };
 
 }  // namespace
@@ -488,11 +544,13 @@ std::vector<Case> expand_cases(const Document& document, const LoadOptions& opti
     const auto& axes = document.axes;
     std::vector<std::size_t> index(axes.size(), 0);
     std::vector<Case> cases;
+    const bool well_formed = diags.empty();
     while (true) {
         std::vector<std::pair<std::string, const Node*>> overrides;
         for (std::size_t a = 0; a < axes.size(); ++a)
             overrides.emplace_back(axes[a].path, axes[a].values[index[a]]);
-        cases.push_back(CaseBuilder(document, std::move(overrides), diags).build(options));
+        cases.push_back(
+            CaseBuilder(document, std::move(overrides), diags).build(options, well_formed));
         if (diags.full()) break;
         // an odometer: the last axis turns fastest, so the first key declared varies slowest
         std::size_t a = axes.size();
@@ -503,22 +561,26 @@ std::vector<Case> expand_cases(const Document& document, const LoadOptions& opti
 }
 
 uint64_t estimate_case_bytes(const Case& c) {
-    // bytes = B·T · H·(2K + V) · 8 · 6  +  N · H·K·V · 8 · (⌈T/chunk_size⌉ + 2·⌈√T⌉ + 4)
-    //   per token and head, q, k, v (2K + V values) and likewise o and the gradients, in fp64
-    //   (8 bytes), 6 copies (drawn inputs, quantised inputs, gradients, gold, emulation, kernel);
-    //   per sequence (N = B, or the cu_seqlens segments) and head, one K×V fp64 state at each
-    //   chunk boundary, up to 2·√T backward checkpoints and 4 more (initial, final, working).
+    // bytes = B·T · (2·H·K + HV·V) · 8 · 6  +  N · HV·K·V · 8 · (⌈T/chunk_size⌉ + 2·⌈√T⌉ + 4)
+    //   per token, q and k (H heads of K values each), v (HV heads of V values) and likewise o
+    //   and the gradients, in fp64 (8 bytes), 6 copies (drawn inputs, quantised inputs,
+    //   gradients, gold, emulation, kernel); per sequence (N = B, or the cu_seqlens segments)
+    //   and value head, one K×V fp64 state at each chunk boundary, up to 2·√T backward
+    //   checkpoints and 4 more (initial, final, working).
     // long double keeps huge shapes from overflowing before the final clamp
     using Real = long double;
+    // a Case built in code rather than loaded may leave HV at 0, which means H
+    const Real value_heads = static_cast<Real>(c.HV > 0 ? c.HV : c.H);
     const Real tokens = static_cast<Real>(c.B) * static_cast<Real>(c.T);
-    const Real per_token = static_cast<Real>(c.H) * static_cast<Real>(2 * c.K + c.V) * 8 * 6;
+    const Real per_token = (2 * static_cast<Real>(c.H) * static_cast<Real>(c.K) +
+                            value_heads * static_cast<Real>(c.V)) *
+                           8 * 6;
     const Real sequences =
         c.cu_seqlens.empty() ? static_cast<Real>(c.B) : static_cast<Real>(c.cu_seqlens.size() - 1);
     const Real chunk = static_cast<Real>(std::max<int64_t>(c.chunk_size, 1));
     const Real t = static_cast<Real>(std::max<int64_t>(c.T, 0));
     const Real states = std::ceil(t / chunk) + 2 * std::ceil(std::sqrt(t)) + 4;
-    const Real state_bytes =
-        static_cast<Real>(c.H) * static_cast<Real>(c.K) * static_cast<Real>(c.V) * 8;
+    const Real state_bytes = value_heads * static_cast<Real>(c.K) * static_cast<Real>(c.V) * 8;
     const Real total = tokens * per_token + sequences * state_bytes * states;
     const Real most = static_cast<Real>(std::numeric_limits<uint64_t>::max());
     return total >= most ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(total);

@@ -23,14 +23,16 @@ const std::vector<std::string> kTopLevelKeys = {
     "dtypes", "options",       "inputs",      "tolerances", "matrix"};
 const std::vector<std::string> kTableKeys = {"shape",  "dtypes",     "options",
                                              "inputs", "tolerances", "matrix"};
-const std::vector<std::string> kShapeKeys = {"B", "T", "H", "K", "V"};
+const std::vector<std::string> kShapeKeys = {"B", "T", "H", "K", "V", "HV"};
+// HV (value heads) is optional: it defaults to H
+const std::vector<std::string> kRequiredShapeKeys = {"B", "T", "H", "K", "V"};
 const std::vector<std::string> kDTypeKeys = {"inputs", "gates", "state", "output"};
 const std::vector<std::string> kGeneratorKeys = {"dist", "scale", "normalizer"};
 // the settings a [matrix] key may vary, besides "options.<name>" for the family's options
 const std::vector<std::string> kMatrixPaths = {
-    "layout",     "seed",          "initial_state", "chunk_size",   "scale",
-    "cu_seqlens", "dtypes.inputs", "dtypes.gates",  "dtypes.state", "dtypes.output",
-    "shape.B",    "shape.T",       "shape.H",       "shape.K",      "shape.V"};
+    "layout",        "seed",         "initial_state", "chunk_size",    "scale",   "cu_seqlens",
+    "dtypes.inputs", "dtypes.gates", "dtypes.state",  "dtypes.output", "shape.B", "shape.T",
+    "shape.H",       "shape.K",      "shape.V",       "shape.HV"};
 
 bool contains(const std::vector<std::string>& list, std::string_view item) {
     return std::find(list.begin(), list.end(), item) != list.end();
@@ -355,14 +357,14 @@ class Checker {
         const Node* shape = root_.find("shape");
         if (shape && shape->kind != NodeKind::table) return;
         const bool any_in_matrix =
-            std::any_of(kShapeKeys.begin(), kShapeKeys.end(),
+            std::any_of(kRequiredShapeKeys.begin(), kRequiredShapeKeys.end(),
                         [&](const auto& k) { return in_matrix("shape." + k); });
         if (!shape && !any_in_matrix) {
             diags_.error(file_start_, "missing required table [shape]",
                          "add [shape] with B, T, H, K and V");
             return;
         }
-        for (const std::string& key : kShapeKeys) {
+        for (const std::string& key : kRequiredShapeKeys) {
             if ((shape && shape->find(key)) || in_matrix("shape." + key)) continue;
             diags_.error(shape ? shape->span : file_start_,
                          "missing required key " + in_quotes("shape." + key),

@@ -15,6 +15,27 @@ namespace {
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
 
+/// Rules of the kind a family adds: V == K, H | HV, and HV != H only with gva on.
+std::vector<FamilyIssue> gated_delta_rules(const Case& c) {
+    std::vector<FamilyIssue> issues;
+    if (c.V != c.K)
+        issues.push_back(
+            {"shape.V",
+             "shape.V must equal shape.K = " + std::to_string(c.K) + ", got " + std::to_string(c.V),
+             "set V = K"});
+    if (c.HV % c.H != 0)
+        issues.push_back({"shape.HV",
+                          "shape.HV = " + std::to_string(c.HV) +
+                              " is not a multiple of shape.H = " + std::to_string(c.H),
+                          "give every head the same number of value heads"});
+    if (c.HV != c.H && c.options.at("gva") == "false")
+        issues.push_back({"options.gva",
+                          "shape.HV = " + std::to_string(c.HV) +
+                              " differs from shape.H = " + std::to_string(c.H) + " but gva is off",
+                          "set gva = true in [options]"});
+    return issues;
+}
+
 Catalog test_catalog() {
     FamilyInfo simple_gla;
     simple_gla.name = "simple_gla";
@@ -23,7 +44,18 @@ Catalog test_catalog() {
     simple_gla.inputs = {"q", "k", "v", "g", "g_gamma", "h0"};
     simple_gla.measured = {"o", "ht", "dq", "dk", "dv", "dg", "dh0"};
     simple_gla.options = {{"gate", {"g", "g_gamma", "none"}}};
-    return {simple_gla};
+
+    FamilyInfo gated_delta;
+    gated_delta.name = "gated_delta";
+    gated_delta.summary = "delta rule with a scalar gate and grouped value heads";
+    gated_delta.variants = {"chunk", "recurrent"};
+    gated_delta.inputs = {"q", "k", "v", "g", "beta", "h0"};
+    gated_delta.measured = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
+    // both orders of false and true make a boolean option
+    gated_delta.options = {{"gva", {"false", "true"}},
+                           {"use_qk_l2norm_in_kernel", {"true", "false"}}};
+    gated_delta.check = gated_delta_rules;
+    return {simple_gla, gated_delta};
 }
 
 std::string bad_path(const std::string& file) {
@@ -119,7 +151,7 @@ const BadFile kBadFiles[] = {
     {"MatrixKey", "matrix_key.toml", 14, 1, "'family' cannot be varied in [matrix]",
      "[matrix] varies: layout, seed, initial_state, chunk_size, scale, cu_seqlens, "
      "dtypes.inputs, dtypes.gates, dtypes.state, dtypes.output, shape.B, shape.T, shape.H, "
-     "shape.K, shape.V, options.<name>"},
+     "shape.K, shape.V, shape.HV, options.<name>"},
     {"MatrixConflict", "matrix_conflict.toml", 15, 1,
      "'layout' is set both in [matrix] and at line 5", "remove one of the two"},
     // the bad alternative is in two of the four cases and is reported once, at the alternative
@@ -128,6 +160,29 @@ const BadFile kBadFiles[] = {
     {"TooMuchMemory", "too_much_memory.toml", 6, 1,
      "case 'huge' needs about 42.0 GiB, more than --max-memory 8.0 GiB",
      "lower shape.T/B/H or raise --max-memory"},
+    {"HVZero", "hv_zero.toml", 10, 6, "shape.HV must be positive, got 0", ""},
+    {"HVNegativeInMatrix", "hv_negative.toml", 17, 18, "shape.HV must be positive, got -2", ""},
+    {"BoolOptionType", "bool_option_type.toml", 14, 44,
+     "'options.use_qk_l2norm_in_kernel' must be a boolean, got integer",
+     "each alternative in [matrix] is one whole value of 'options.use_qk_l2norm_in_kernel'"},
+    {"BoolOptionValue", "bool_option_value.toml", 14, 7, "unknown value 'True' for option 'gva'",
+     "did you mean 'true'?"},
+    {"OptionNotBoolean", "option_not_boolean.toml", 14, 8,
+     "'options.gate' must be a string, got boolean", ""},
+    // the rule breaks in both cases of the matrix and is reported once
+    {"FamilyCheck", "family_check.toml", 11, 5, "shape.V must equal shape.K = 32, got 16",
+     "set V = K"},
+    {"FamilyCheckInMatrix", "family_check_matrix.toml", 17, 21,
+     "shape.HV = 6 is not a multiple of shape.H = 4",
+     "give every head the same number of value heads"},
+    {"FamilyCheckDefaultAtTable", "family_check_default.toml", 14, 1,
+     "shape.HV = 4 differs from shape.H = 2 but gva is off", "set gva = true in [options]"},
+    {"FamilyCheckDefaultAtFileStart", "family_check_no_table.toml", 1, 1,
+     "shape.HV = 4 differs from shape.H = 2 but gva is off", "set gva = true in [options]"},
+    {"FamilyCheckSkippedAfterValueError", "family_check_skipped.toml", 5, 8,
+     "seed must be non-negative, got -1", ""},
+    {"FamilyCheckSkippedAfterKeyError", "family_check_after_keys.toml", 5, 1,
+     "unknown key 'varients'", "did you mean 'variants'?"},
 };
 
 class BadScenario : public testing::TestWithParam<BadFile> {};
@@ -188,6 +243,23 @@ TEST(BadScenarioText, CollectsEveryErrorInFileOrder) {
     EXPECT_EQ(headers, expected);
     EXPECT_NE(what.find("\nnote: did you mean 'normalizer'?\n"), std::string::npos);
     EXPECT_EQ(split_lines(what).back(), "5 errors in " + path);
+}
+
+TEST(BadScenarioText, CollectsEveryFamilyIssueAtItsSetting) {
+    const std::string path = bad_path("family_check_several.toml");
+    const std::string what = load_error(path);
+    std::vector<std::string> headers;
+    for (const auto& line : split_lines(what))
+        if (line.find(": error: ") != std::string::npos) headers.push_back(line);
+    // gva is left out and the file has no [options]: its rule points at the file's start
+    const std::vector<std::string> expected = {
+        path + ":1:1: error: shape.HV = 3 differs from shape.H = 2 but gva is off",
+        path + ":10:6: error: shape.HV = 3 is not a multiple of shape.H = 2",
+        path + ":14:18: error: shape.V must equal shape.K = 32, got 16",
+    };
+    EXPECT_EQ(headers, expected);
+    EXPECT_NE(what.find("\nnote: set V = K\n"), std::string::npos);
+    EXPECT_EQ(split_lines(what).back(), "3 errors in " + path);
 }
 
 TEST(BadScenarioText, StopsAfterTwentyErrors) {

@@ -26,7 +26,16 @@ Catalog test_catalog() {
     simple_gla.inputs = {"q", "k", "v", "g", "g_gamma", "h0"};
     simple_gla.measured = {"o", "ht", "dq", "dk", "dv", "dg", "dh0"};
     simple_gla.options = {{"gate", {"g", "g_gamma", "none"}}};
-    return {simple_gla};
+
+    FamilyInfo gated_delta;
+    gated_delta.name = "gated_delta";
+    gated_delta.summary = "delta rule with a scalar gate and grouped value heads";
+    gated_delta.variants = {"chunk", "recurrent"};
+    gated_delta.inputs = {"q", "k", "v", "g", "beta", "h0"};
+    gated_delta.measured = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
+    gated_delta.options = {{"gva", {"false", "true"}},
+                           {"use_qk_l2norm_in_kernel", {"true", "false"}}};
+    return {simple_gla, gated_delta};
 }
 
 std::string good_path(const std::string& file) {
@@ -79,6 +88,7 @@ TEST(ScenarioLoad, MinimalFileTakesEveryDefault) {
     EXPECT_EQ(c.H, 4);
     EXPECT_EQ(c.K, 32);
     EXPECT_EQ(c.V, 16);
+    EXPECT_EQ(c.HV, 4);
     EXPECT_EQ(c.layout, Layout::head_last);
     EXPECT_TRUE(c.cu_seqlens.empty());
     EXPECT_EQ(c.chunk_size, 64);
@@ -186,6 +196,64 @@ TEST(ScenarioLoad, MatrixValuesReadAsWritten) {
     EXPECT_EQ(cases[0].cu_seqlens, (std::vector<int64_t>{0, 64}));
 }
 
+TEST(ScenarioLoad, ValueHeadsAndBooleanOptionsVaryInMatrix) {
+    Catalog catalog = test_catalog();
+    std::vector<Case> checked;
+    catalog[1].check = [&checked](const Case& c) {
+        checked.push_back(c);
+        return std::vector<FamilyIssue>{};
+    };
+    const auto cases = load_file(good_path("gva_matrix.toml"), catalog, LoadOptions{});
+    std::vector<std::string> ids;
+    for (const Case& c : cases) ids.push_back(c.id);
+    const std::vector<std::string> expected = {
+        "gva[shape.HV=2,options.use_qk_l2norm_in_kernel=false]",
+        "gva[shape.HV=2,options.use_qk_l2norm_in_kernel=true]",
+        "gva[shape.HV=4,options.use_qk_l2norm_in_kernel=false]",
+        "gva[shape.HV=4,options.use_qk_l2norm_in_kernel=true]",
+    };
+    EXPECT_EQ(ids, expected);
+    ASSERT_EQ(cases.size(), 4u);
+
+    const std::vector<std::pair<std::string, std::string>> matrix = {
+        {"shape.HV", "4"}, {"options.use_qk_l2norm_in_kernel", "false"}};
+    EXPECT_EQ(cases[2].matrix, matrix);
+    EXPECT_EQ(cases[0].HV, 2);
+    EXPECT_EQ(cases[3].HV, 4);
+    EXPECT_EQ(cases[3].H, 2);
+    EXPECT_EQ(cases[2].options, (std::map<std::string, std::string>{
+                                    {"gva", "true"}, {"use_qk_l2norm_in_kernel", "false"}}));
+    EXPECT_EQ(cases[3].options.at("use_qk_l2norm_in_kernel"), "true");
+
+    // the family's rules see each case once, fully loaded
+    ASSERT_EQ(checked.size(), cases.size());
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        EXPECT_EQ(checked[i].id, cases[i].id);
+        EXPECT_EQ(checked[i].HV, cases[i].HV);
+        EXPECT_EQ(checked[i].options, cases[i].options);
+    }
+}
+
+TEST(ScenarioLoad, BooleanOptionTakesBareAndQuotedValues) {
+    TempDir dir("lav_boolean_option");
+    const std::string head =
+        "name = \"b\"\ndescription = \"d\"\nfamily = \"gated_delta\"\n"
+        "[shape]\nB = 1\nT = 64\nH = 2\nK = 16\nV = 16\n[options]\n";
+    const auto bare = load(dir.write("bare.toml", head + "gva = true\n"));
+    const auto quoted = load(dir.write("quoted.toml", head + "gva = \"true\"\n"));
+    const auto unset = load(dir.write("unset.toml", head));
+    ASSERT_EQ(bare.size(), 1u);
+    ASSERT_EQ(quoted.size(), 1u);
+    ASSERT_EQ(unset.size(), 1u);
+    // each option takes the first value its family lists when left out
+    const std::map<std::string, std::string> on = {{"gva", "true"},
+                                                   {"use_qk_l2norm_in_kernel", "true"}};
+    EXPECT_EQ(bare[0].options, on);
+    EXPECT_EQ(quoted[0].options, on);
+    EXPECT_EQ(unset[0].options, (std::map<std::string, std::string>{
+                                    {"gva", "false"}, {"use_qk_l2norm_in_kernel", "true"}}));
+}
+
 TEST(ScenarioLoad, ReadmeExampleIsValid) {
     std::ifstream in(std::string(LAV_SOURCE_DIR) + "/scenarios/README.md");
     std::stringstream readme;
@@ -252,6 +320,26 @@ TEST(ScenarioMemory, EstimateFollowsTheDocumentedFormula) {
     c.B = 1;
     c.cu_seqlens = {0, 50, 100};
     EXPECT_EQ(estimate_case_bytes(c), 288000u + 47616u);
+}
+
+TEST(ScenarioMemory, ValueHeadsScaleValuesAndStates) {
+    Case c;
+    c.B = 2;
+    c.T = 100;
+    c.H = 3;
+    c.HV = 6;
+    c.K = 8;
+    c.V = 4;
+    c.chunk_size = 16;
+    // tokens 200 · (2·H·K 48 + HV·V 24 = 72) · 8 B · 6 copies = 691200;
+    // N 2 · HV·K·V 192 · 8 B · 31 = 95232
+    EXPECT_EQ(estimate_case_bytes(c), 691200u + 95232u);
+    // HV = H gives what a case without grouped value heads needs
+    c.HV = 3;
+    const uint64_t grouped_as_heads = estimate_case_bytes(c);
+    c.HV = 0;
+    EXPECT_EQ(estimate_case_bytes(c), grouped_as_heads);
+    EXPECT_EQ(grouped_as_heads, 576000u + 47616u);
 }
 
 TEST(ScenarioMemory, HugeShapesSaturate) {
