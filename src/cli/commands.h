@@ -2,7 +2,6 @@
 #pragma once
 
 #include <boost/program_options.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,6 +18,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
 int cmd_validate(const std::vector<std::string>& args);
 int cmd_list(const std::vector<std::string>& args);
 int cmd_show(const std::vector<std::string>& args);
+int cmd_gate(const std::vector<std::string>& args);
+int cmd_diff(const std::vector<std::string>& args);
 
 /// Parses `args` against `options` (positional arguments fill `positional`'s names). Prints
 /// `usage` and the options and returns false on --help; throws UsageError on bad arguments.

@@ -33,8 +33,8 @@ int cmd_list(const std::vector<std::string>& args) {
                   << "  inputs:   " << join(f.info.inputs) << "\n"
                   << "  measured: " << join(f.info.measured) << "\n";
         for (const auto& [name, values] : f.info.options)
-            std::cout << "  option " << name << ": " << join(values) << " (default " << values.front()
-                      << ")\n";
+            std::cout << "  option " << name << ": " << join(values) << " (default "
+                      << values.front() << ")\n";
     }
     return 0;
 }

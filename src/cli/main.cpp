@@ -18,6 +18,8 @@ commands:
   validate  check scenario files without running them
   list      families, variants, backends and dtypes of this build
   show      print a report as a table
+  gate      compare a run with a baseline (the CI numeric gate)
+  diff      two reports side by side: environment, then the largest changes
 
 `lav <command> --help` describes each command.
 exit codes: 0 pass, 1 verification failed, 2 bad usage or scenario, 3 environment, 4 internal)";
@@ -29,6 +31,8 @@ int dispatch(const std::string& command, const std::vector<std::string>& args,
     if (command == "validate") return cmd_validate(args);
     if (command == "list") return cmd_list(args);
     if (command == "show") return cmd_show(args);
+    if (command == "gate") return cmd_gate(args);
+    if (command == "diff") return cmd_diff(args);
     throw lav::UsageError("unknown command '" + command + "'\n" + kUsage);
 }
 

@@ -35,7 +35,8 @@ uint64_t parse_memory_size(const std::string& text) {
     static const std::regex kSize(R"(([0-9]*\.?[0-9]+)\s*([KMGT]?)(i?B)?)", std::regex::icase);
     std::smatch m;
     LAV_CHECK_AS(UsageError, std::regex_match(text, m, kSize) && std::stod(m[1]) > 0,
-                 "bad memory size '", text, "': write a positive number with K, M, G or T, e.g. 8G");
+                 "bad memory size '", text,
+                 "': write a positive number with K, M, G or T, e.g. 8G");
     const std::string units = "KMGT";
     const auto power = m[2].length() ? units.find(std::toupper(m[2].str()[0])) + 1 : 0;
     return static_cast<uint64_t>(std::stod(m[1]) * std::pow(1024.0, power));

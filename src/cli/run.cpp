@@ -1,11 +1,14 @@
-// src/cli/run.cpp — `lav run`: runs scenario cases, writes the report case by case, prints a summary.
+// src/cli/run.cpp — `lav run`: runs scenario cases, writes the report case by case, prints a
+// summary.
 #include <ATen/Parallel.h>
 
 #include <chrono>
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "cli/commands.h"
@@ -13,13 +16,15 @@
 #include "core/error.h"
 #include "harness/runner.h"
 #include "report/console.h"
+#include "report/junit.h"
 #include "report/report.h"
 
 namespace lav::cli {
 namespace {
 
 constexpr const char kUsage[] =
-    "usage: lav run <files|dirs>... [--out F] [--filter REGEX] [--max-memory SIZE] [--long]";
+    "usage: lav run <files|dirs>... [--out F | --resume F] [--filter REGEX] [--max-memory SIZE]\n"
+    "               [--long] [--threads N] [--junit F]";
 
 // progress lines start once a run has taken this long, so short runs stay quiet
 constexpr double kProgressAfterSeconds = 2.0;
@@ -74,6 +79,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string out = "reports/out/run.h5";
     std::string filter_text;
     std::string max_memory;
+    std::string resume;
+    std::string junit;
     int threads = 0;
     options.add_options()("paths", po::value(&paths)->required(), "scenario files or folders")(
         "out,o", po::value(&out), "report to write (default reports/out/run.h5)")(
@@ -82,7 +89,10 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "max-memory", po::value(&max_memory),
         "refuse cases estimated above this size, e.g. 8G (default: half of RAM)")(
         "long", po::bool_switch(), "also run cases marked long")(
-        "threads", po::value(&threads), "CPU threads for LibTorch (default: all cores)");
+        "threads", po::value(&threads), "CPU threads for LibTorch (default: all cores)")(
+        "resume", po::value(&resume),
+        "continue the incomplete report F (give the same paths): its cases are kept, the rest run")(
+        "junit", po::value(&junit), "also write the results as JUnit XML to this file");
     po::positional_options_description positional;
     positional.add("paths", -1);
     po::variables_map vm;
@@ -100,7 +110,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
 
     harness::Registry registry;
     harness::register_all(registry);
-    const uint64_t limit = max_memory.empty() ? default_max_memory() : parse_memory_size(max_memory);
+    const uint64_t limit =
+        max_memory.empty() ? default_max_memory() : parse_memory_size(max_memory);
     std::vector<scenario::Case> cases;
     size_t skipped_long = 0;
     for (auto& c : load_cases(paths, registry, limit)) {
@@ -114,25 +125,52 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                  filter_text.empty() ? "" : " (nothing matches --filter)",
                  skipped_long ? "; long cases need --long" : "");
 
-    report::ReportWriter writer(out, run_info(command_line, cases.front().seed));
+    // a resumed run keeps the records it has and runs only cases with a record still missing
+    std::set<std::string> kept;
+    std::unique_ptr<report::ReportWriter> writer;
+    if (!resume.empty()) {
+        LAV_CHECK_AS(UsageError, !vm.count("out") || out == resume,
+                     "--resume F writes to F itself; drop --out");
+        out = resume;
+        report::Report previous = report::read_report(resume);
+        for (const auto& r : previous.cases) kept.insert(r.id);
+        writer = std::make_unique<report::ReportWriter>(out, std::move(previous));
+    } else {
+        writer =
+            std::make_unique<report::ReportWriter>(out, run_info(command_line, cases.front().seed));
+    }
     const auto start = std::chrono::steady_clock::now();
     size_t runs = 0;
-    for (const auto& c : cases) runs += c.variants.size() * (c.forward + c.backward);
-    size_t done = 0;
+    std::vector<const scenario::Case*> todo;
     for (const auto& c : cases) {
-        harness::run_case(registry, c, [&](report::CaseRecord r) {
+        size_t missing = 0;
+        for (const auto& v : c.variants)
+            for (const auto& p : harness::passes_of(c))
+                missing += !kept.count(harness::record_id(c, v, p));
+        if (missing == 0) continue;
+        runs += missing;
+        todo.push_back(&c);
+    }
+    if (!kept.empty())
+        std::cerr << "resuming " << out << ": " << kept.size() << " records kept, " << runs
+                  << " to run\n";
+    size_t done = 0;
+    for (const scenario::Case* c : todo) {
+        harness::run_case(registry, *c, [&](report::CaseRecord r) {
+            if (kept.count(r.id)) return;
             ++done;
             const double elapsed =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             if (elapsed > kProgressAfterSeconds)
-                std::cerr << "[" << done << "/" << runs << "] " << r.id << "  " << r.verdict << "  ("
-                          << static_cast<int>(elapsed) << " s)\n";
-            writer.add(std::move(r));
+                std::cerr << "[" << done << "/" << runs << "] " << r.id << "  " << r.verdict
+                          << "  (" << static_cast<int>(elapsed) << " s)\n";
+            writer->add(std::move(r));
         });
     }
-    writer.finish();
+    writer->finish();
 
-    const report::Report& rep = writer.report();
+    const report::Report& rep = writer->report();
+    if (!junit.empty()) report::write_junit_run(junit, rep);
     report::print_summary_table(std::cout, rep);
     bool failed = false;
     for (const auto& r : rep.cases) {
@@ -141,7 +179,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         std::cout << "\n";
         report::print_case_failure(std::cout, r);
     }
-    if (skipped_long) std::cout << "\n" << skipped_long << " long cases skipped (run with --long)\n";
+    if (skipped_long)
+        std::cout << "\n" << skipped_long << " long cases skipped (run with --long)\n";
     std::cout << "\nreport: " << out << "\n";
     return static_cast<int>(failed ? ExitCode::kVerificationFailed : ExitCode::kPass);
 }

@@ -41,11 +41,13 @@ double bound_for(const Case& c, const MeasuredSpec& m) {
 }
 
 // ht and dh0 are states: a wrong dtype there breaks the requested state storage
-bool is_state(const MeasuredSpec& m) { return m.kind == metrics::TensorKind::state || m.name == "dh0"; }
+bool is_state(const MeasuredSpec& m) {
+    return m.kind == metrics::TensorKind::state || m.name == "dh0";
+}
 
 CaseRecord blank_record(const Case& c, const std::string& variant, const std::string& pass) {
     CaseRecord r;
-    r.id = c.id + "/" + variant + "/cpu/" + pass;
+    r.id = record_id(c, variant, pass);
     r.scenario_file = c.file;
     r.scenario = c.name;
     r.family = c.family;
@@ -81,16 +83,17 @@ void judge(const Case& c, const MeasuredSpec& m, const at::Tensor& x, const at::
     row.pass = !(ms.rel_rmse > row.bound) && !std::isnan(ms.rel_rmse) && ms.nonfinite == 0;
 
     if (ms.nonfinite > 0)
-        r.findings.push_back({"NONFINITE", m.name,
-                              std::to_string(ms.nonfinite) + " NaN/Inf where the reference is finite"});
+        r.findings.push_back(
+            {"NONFINITE", m.name,
+             std::to_string(ms.nonfinite) + " NaN/Inf where the reference is finite"});
     if (!(ms.rel_rmse <= row.bound))
-        r.findings.push_back({"TOLERANCE", m.name,
-                              "rel_rmse " + sci(ms.rel_rmse) + " > bound " + sci(row.bound)});
+        r.findings.push_back(
+            {"TOLERANCE", m.name, "rel_rmse " + sci(ms.rel_rmse) + " > bound " + sci(row.bound)});
     if (row.dtype != row.expected_dtype) {
         row.pass = false;
-        r.findings.push_back({is_state(m) ? "STATE_DTYPE_CONTRACT" : "OUTPUT_DTYPE_CONTRACT",
-                              m.name,
-                              "returned " + row.dtype + ", contract declares " + row.expected_dtype});
+        r.findings.push_back(
+            {is_state(m) ? "STATE_DTYPE_CONTRACT" : "OUTPUT_DTYPE_CONTRACT", m.name,
+             "returned " + row.dtype + ", contract declares " + row.expected_dtype});
     }
     for (size_t b = 0; b < ms.drift.size(); ++b) {
         if (ms.drift[b] > row.bound) {
@@ -105,6 +108,17 @@ void judge(const Case& c, const MeasuredSpec& m, const at::Tensor& x, const at::
 }
 
 }  // namespace
+
+std::string record_id(const Case& c, const std::string& variant, const std::string& pass) {
+    return c.id + "/" + variant + "/cpu/" + pass;
+}
+
+std::vector<std::string> passes_of(const Case& c) {
+    std::vector<std::string> passes;
+    if (c.forward) passes.push_back("fwd");
+    if (c.backward) passes.push_back("bwd");
+    return passes;
+}
 
 std::string shape_name(const Case& c) {
     return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" + std::to_string(c.H) +
@@ -121,18 +135,15 @@ void run_case(const Registry& registry, const Case& c,
     for (const auto& [name, t] : gold)
         LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
 
-    std::vector<std::string> passes;
-    if (c.forward) passes.push_back("fwd");
-    if (c.backward) passes.push_back("bwd");
     for (const auto& variant : c.variants) {
-        for (const auto& pass : passes) {
+        for (const auto& pass : passes_of(c)) {
             CaseRecord r = blank_record(c, variant, pass);
             const bool backward = pass == "bwd";
             const auto start = std::chrono::steady_clock::now();
             try {
                 const KernelResult k = family.run_cpu(c, variant, in.kernel, cot.kernel, backward);
-                r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                                .count();
+                r.seconds =
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                 r.contract = k.contract;
                 for (const auto& m : family.measured(c, backward)) {
                     const auto it = k.results.find(m.name);

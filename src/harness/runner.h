@@ -1,4 +1,5 @@
-// src/harness/runner.h — runs one case: inputs, reference, every variant and pass, measures, findings.
+// src/harness/runner.h — runs one case: inputs, reference, every variant and pass, measures,
+// findings.
 //
 // Verification failures are results: a case whose kernel is off, or throws, becomes a record
 // with verdict "fail" or "error" and the caller goes on to the next case.
@@ -15,6 +16,12 @@ namespace lav::harness {
 /// it is finished. Throws only for lav's own bugs (InternalError).
 void run_case(const Registry& registry, const scenario::Case& c,
               const std::function<void(report::CaseRecord)>& sink);
+
+/// The id of one record of `c`: "<scenario>[<matrix>]/<variant>/<backend>/<pass>".
+std::string record_id(const scenario::Case& c, const std::string& variant, const std::string& pass);
+
+/// The passes a case asks for, in run order: "fwd", "bwd".
+std::vector<std::string> passes_of(const scenario::Case& c);
 
 /// The shape spelled as in case ids: "B2_T1024_H4_K64_V64".
 std::string shape_name(const scenario::Case& c);

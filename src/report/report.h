@@ -93,6 +93,8 @@ class ReportWriter {
   public:
     /// Writes the empty report at once, so an unwritable path fails before any case runs.
     ReportWriter(std::string path, RunInfo run);
+    /// Continues `resumed` (a report read back from `path`): its cases stay, new ones follow.
+    ReportWriter(std::string path, Report resumed);
     /// Appends a case and atomically replaces the file. Throws ReportError (exit 3) on I/O failure.
     void add(CaseRecord record);
     /// Marks the run complete and writes the file a last time.

@@ -203,6 +203,12 @@ ReportWriter::ReportWriter(std::string path, RunInfo run) : path_(std::move(path
     write();
 }
 
+ReportWriter::ReportWriter(std::string path, Report resumed)
+    : path_(std::move(path)), report_(std::move(resumed)) {
+    report_.complete = false;
+    write();
+}
+
 void ReportWriter::add(CaseRecord record) {
     report_.cases.push_back(std::move(record));
     write();

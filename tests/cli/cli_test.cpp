@@ -1,4 +1,5 @@
-// tests/cli/cli_test.cpp — the lav executable end to end: run, show, validate, list, exit codes, kills.
+// tests/cli/cli_test.cpp — the lav executable end to end: run, show, validate, list, exit codes,
+// kills.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -25,8 +26,8 @@ struct Result {
 };
 
 Result lav(const std::string& args) {
-    const std::string command = std::string("cd ") + LAV_SOURCE_DIR + " && " + LAV_BINARY + " " +
-                                args + " 2>&1";
+    const std::string command =
+        std::string("cd ") + LAV_SOURCE_DIR + " && " + LAV_BINARY + " " + args + " 2>&1";
     FILE* pipe = popen(command.c_str(), "r");
     EXPECT_NE(pipe, nullptr);
     std::string output;
@@ -56,7 +57,8 @@ TEST(Cli, SmokeRunPassesAndShowReadsIt) {
 
     const Result show = lav("show " + out.string());
     EXPECT_EQ(show.code, 0) << show.output;
-    EXPECT_NE(show.output.find(rep.cases.front().id.substr(0, 20)), std::string::npos) << show.output;
+    EXPECT_NE(show.output.find(rep.cases.front().id.substr(0, 20)), std::string::npos)
+        << show.output;
 }
 
 TEST(Cli, ImpossibleToleranceExitsOneAndMarksTensor) {
@@ -73,7 +75,8 @@ TEST(Cli, ImpossibleToleranceExitsOneAndMarksTensor) {
         if (m.tensor == "o") o_failed = !m.pass && m.bound == 1e-12;
     EXPECT_TRUE(o_failed);
     bool finding = false;
-    for (const auto& f : c.findings) finding = finding || (f.kind == "TOLERANCE" && f.tensor == "o");
+    for (const auto& f : c.findings)
+        finding = finding || (f.kind == "TOLERANCE" && f.tensor == "o");
     EXPECT_TRUE(finding);
 }
 
@@ -109,9 +112,104 @@ TEST(Cli, KilledRunLeavesReadableReport) {
     EXPECT_NE(show.output.find("incomplete"), std::string::npos) << show.output;
 }
 
+TEST(Cli, KilledRunResumesToTheUninterruptedResult) {
+    const fs::path whole = scratch("whole.h5");
+    const fs::path killed = scratch("resumed.h5");
+    const std::string scenario = "tests/data/scenarios/cli/long_run.toml";
+    ASSERT_EQ(lav("run " + scenario + " --threads 1 --out " + whole.string()).code, 0);
+
+    fs::remove(killed);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        if (chdir(LAV_SOURCE_DIR) != 0) _exit(127);
+        execl(LAV_BINARY, LAV_BINARY, "run", scenario.c_str(), "--out", killed.c_str(), "--threads",
+              "1", static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    size_t seen = 0;
+    for (int i = 0; i < 600 && seen < 5; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (fs::exists(killed)) seen = report::read_report(killed.string()).cases.size();
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    const report::Report partial = report::read_report(killed.string());
+    ASSERT_FALSE(partial.complete);
+    ASSERT_GE(partial.cases.size(), 5u);
+
+    const Result resumed = lav("run " + scenario + " --threads 1 --resume " + killed.string());
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    const report::Report a = report::read_report(whole.string());
+    const report::Report b = report::read_report(killed.string());
+    EXPECT_TRUE(b.complete);
+    ASSERT_EQ(a.cases.size(), b.cases.size());
+    for (size_t i = 0; i < a.cases.size(); ++i) {
+        EXPECT_EQ(a.cases[i].id, b.cases[i].id);
+        ASSERT_EQ(a.cases[i].metrics.size(), b.cases[i].metrics.size());
+        for (size_t m = 0; m < a.cases[i].metrics.size(); ++m)
+            EXPECT_EQ(a.cases[i].metrics[m].rel_rmse, b.cases[i].metrics[m].rel_rmse)
+                << a.cases[i].id << " " << a.cases[i].metrics[m].tensor;
+    }
+}
+
+TEST(Cli, GateBaselineDiffAndJunit) {
+    const fs::path run = scratch("gate_run.h5");
+    const fs::path base = scratch("gate_base.h5");
+    const fs::path xml = scratch("gate_run.xml");
+    const std::string scenario = "scenarios/smoke/simple_gla_varlen.toml";
+    const Result r = lav("run " + scenario + " --out " + run.string() + " --junit " + xml.string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_TRUE(fs::exists(xml));
+
+    ASSERT_EQ(
+        lav("gate " + run.string() + " --baseline " + base.string() + " --update-baseline").code,
+        0);
+    EXPECT_LT(fs::file_size(base), fs::file_size(run));
+    const Result same = lav("gate " + run.string() + " --baseline " + base.string());
+    EXPECT_EQ(same.code, 0) << same.output;
+    EXPECT_NE(same.output.find("GATE PASS"), std::string::npos) << same.output;
+
+    // a run that lacks half of the baseline's cases fails, unless missing cases are allowed
+    const fs::path part = scratch("gate_part.h5");
+    ASSERT_EQ(lav("run " + scenario + " --filter head_last --out " + part.string()).code, 0);
+    const Result missing = lav("gate " + part.string() + " --baseline " + base.string());
+    EXPECT_EQ(missing.code, 1) << missing.output;
+    EXPECT_NE(missing.output.find("missing from the run"), std::string::npos) << missing.output;
+    EXPECT_EQ(
+        lav("gate " + part.string() + " --baseline " + base.string() + " --allow-missing").code, 0);
+
+    const Result diff = lav("diff " + run.string() + " " + part.string());
+    EXPECT_EQ(diff.code, 0) << diff.output;
+    EXPECT_NE(diff.output.find("environment:"), std::string::npos) << diff.output;
+    EXPECT_NE(diff.output.find("only in A:"), std::string::npos) << diff.output;
+}
+
+TEST(Cli, CorruptFilesExitTwo) {
+    const fs::path good = scratch("corrupt_src.h5");
+    ASSERT_EQ(
+        lav("run tests/data/scenarios/cli/impossible_tolerance.toml --out " + good.string()).code,
+        1);
+    const fs::path truncated = scratch("truncated.h5");
+    fs::copy_file(good, truncated, fs::copy_options::overwrite_existing);
+    fs::resize_file(truncated, fs::file_size(good) / 2);
+    const fs::path noise = scratch("noise.h5");
+    {
+        std::FILE* f = std::fopen(noise.c_str(), "wb");
+        for (int i = 0; i < 4096; ++i) std::fputc((i * 7919) % 251, f);
+        std::fclose(f);
+    }
+    for (const fs::path& bad : {truncated, noise}) {
+        const Result show = lav("show " + bad.string());
+        EXPECT_EQ(show.code, 2) << bad << "\n" << show.output;
+        EXPECT_NE(show.output.find(bad.filename().string()), std::string::npos) << show.output;
+        EXPECT_EQ(lav("gate " + good.string() + " --baseline " + bad.string()).code, 2);
+    }
+}
+
 TEST(Cli, BadScenarioExitsTwoWithPosition) {
-    const Result run = lav("run tests/data/scenarios/cli/bad_dtype.toml --out " +
-                           scratch("bad.h5").string());
+    const Result run =
+        lav("run tests/data/scenarios/cli/bad_dtype.toml --out " + scratch("bad.h5").string());
     EXPECT_EQ(run.code, 2) << run.output;
     EXPECT_NE(run.output.find("bad_dtype.toml:13:10: error: unknown dtype 'bf15'"),
               std::string::npos)
@@ -136,7 +234,8 @@ TEST(Cli, MemoryLimitRefusesBeforeRunning) {
 }
 
 TEST(Cli, HelpListAndValidate) {
-    for (const char* cmd : {"--help", "run --help", "validate --help", "list --help", "show --help"}) {
+    for (const char* cmd : {"--help", "run --help", "validate --help", "list --help", "show --help",
+                            "gate --help", "diff --help"}) {
         const Result r = lav(cmd);
         EXPECT_EQ(r.code, 0) << cmd;
         EXPECT_NE(r.output.find("usage"), std::string::npos) << cmd << "\n" << r.output;

@@ -1,0 +1,88 @@
+// src/report/diff.cpp — environment differences and rel_rmse changes between two reports.
+#include "report/diff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace lav::report {
+namespace {
+
+struct Change {
+    std::string case_id;
+    std::string tensor;
+    double a, b;
+    double size;  // |log(b / a)|
+};
+
+// keeps exact zeros comparable: 0 -> 1e-30 is a change, 0 -> 0 is not
+constexpr double kTiny = 1e-30;
+
+std::string sci(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3e", x);
+    return buf;
+}
+
+}  // namespace
+
+void print_diff(std::ostream& out, const Report& a, const Report& b, size_t top) {
+    const std::pair<const char*, std::pair<std::string, std::string>> env[] = {
+        {"lav", {a.run.lav_version, b.run.lav_version}},
+        {"commit", {a.run.git_commit, b.run.git_commit}},
+        {"LibTorch", {a.run.torch_version, b.run.torch_version}},
+        {"HDF5", {a.run.hdf5_version, b.run.hdf5_version}},
+        {"device", {a.run.device, b.run.device}},
+    };
+    out << "environment:\n";
+    bool same = true;
+    for (const auto& [name, values] : env) {
+        if (values.first == values.second) continue;
+        same = false;
+        out << "  " << name << ": " << values.first << "  ->  " << values.second << "\n";
+    }
+    if (same)
+        out << "  identical (lav " << a.run.lav_version << ", LibTorch " << a.run.torch_version
+            << ", " << a.run.device << ")\n";
+
+    std::map<std::string, const CaseRecord*> in_b;
+    for (const auto& c : b.cases) in_b[c.id] = &c;
+    std::vector<Change> changes;
+    std::vector<std::string> only_a, only_b;
+    for (const auto& ca : a.cases) {
+        const auto it = in_b.find(ca.id);
+        if (it == in_b.end()) {
+            only_a.push_back(ca.id);
+            continue;
+        }
+        for (const auto& ma : ca.metrics)
+            for (const auto& mb : it->second->metrics)
+                if (ma.tensor == mb.tensor)
+                    changes.push_back(
+                        {ca.id, ma.tensor, ma.rel_rmse, mb.rel_rmse,
+                         std::abs(std::log((mb.rel_rmse + kTiny) / (ma.rel_rmse + kTiny)))});
+        in_b.erase(it);
+    }
+    for (const auto& [id, c] : in_b) only_b.push_back(id);
+    // NaN sizes sort first: a measure that became NaN is the biggest change there is
+    std::stable_sort(changes.begin(), changes.end(), [](const Change& x, const Change& y) {
+        if (std::isnan(x.size) != std::isnan(y.size)) return std::isnan(x.size);
+        return x.size > y.size;
+    });
+
+    out << "\nrel_rmse changes, largest first (A -> B):\n";
+    const size_t n = top == 0 ? changes.size() : std::min(top, changes.size());
+    for (size_t i = 0; i < n; ++i) {
+        const Change& c = changes[i];
+        out << "  " << c.case_id << "  " << c.tensor << "  " << sci(c.a) << " -> " << sci(c.b)
+            << "  (x" << sci((c.b + kTiny) / (c.a + kTiny)) << ")\n";
+    }
+    if (n < changes.size()) out << "  ... " << changes.size() - n << " more (--top 0 shows all)\n";
+    for (const auto& id : only_a) out << "only in A: " << id << "\n";
+    for (const auto& id : only_b) out << "only in B: " << id << "\n";
+}
+
+}  // namespace lav::report

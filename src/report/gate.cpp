@@ -1,0 +1,133 @@
+// src/report/gate.cpp — matching runs to baselines and deciding regressions.
+#include "report/gate.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace lav::report {
+namespace {
+
+double measure_of(const MetricRow& row, const std::string& measure) {
+    if (measure == "rel_rmse") return row.rel_rmse;
+    if (measure == "max_abs") return row.max_abs;
+    if (measure == "max_rel") return row.max_rel;
+    return static_cast<double>(row.nonfinite);
+}
+
+std::map<std::string, const CaseRecord*> by_id(const Report& r) {
+    std::map<std::string, const CaseRecord*> out;
+    for (const auto& c : r.cases) out[c.id] = &c;
+    return out;
+}
+
+std::string sci(double x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3e", x);
+    return buf;
+}
+
+void compare_case(const CaseRecord& run, const CaseRecord& base, const GateOptions& options,
+                  GateResult& result) {
+    if (base.verdict == "pass" && run.verdict != "pass")
+        result.regressions.push_back({run.id, "", "verdict", 0, 0,
+                                      base.verdict + " -> " + run.verdict + ": " + run.message});
+    for (const auto& b : base.metrics) {
+        const MetricRow* r = nullptr;
+        for (const auto& row : run.metrics)
+            if (row.tensor == b.tensor) r = &row;
+        if (!r) {
+            result.regressions.push_back({run.id, b.tensor, "tensor", 0, 0, "no longer measured"});
+            continue;
+        }
+        for (const auto& [measure, tol] : options.tolerances) {
+            const double was = measure_of(b, measure);
+            const double now = measure_of(*r, measure);
+            // NaN never compares greater, so a measure that became NaN is caught explicitly
+            const bool became_nan = std::isnan(now) && !std::isnan(was);
+            if (became_nan || (now > tol.floor && now > was * (1.0 + tol.slack)))
+                result.regressions.push_back({run.id, b.tensor, measure, was, now, ""});
+            else if (was > tol.floor && now < was / (1.0 + tol.slack))
+                result.improvements.push_back({run.id, b.tensor, measure, was, now, ""});
+        }
+    }
+}
+
+void print_changes(std::ostream& out, const char* title, const std::vector<GateChange>& changes) {
+    if (changes.empty()) return;
+    out << title << " (" << changes.size() << "):\n";
+    for (const auto& c : changes) {
+        out << "  " << c.case_id;
+        if (!c.tensor.empty()) out << "  tensor " << c.tensor;
+        out << "  " << c.measure;
+        if (c.note.empty())
+            out << "  " << sci(c.baseline) << " -> " << sci(c.run) << "  (x"
+                << (c.baseline > 0 ? sci(c.run / c.baseline) : std::string("inf")) << ")";
+        else
+            out << "  " << c.note;
+        out << "\n";
+    }
+}
+
+}  // namespace
+
+std::map<std::string, Tolerance> default_tolerances() {
+    // rel_rmse is the headline measure and is stable run to run on one machine; the max
+    // measures follow single elements and move more; any new NaN or Inf is a regression
+    return {{"rel_rmse", {0.10, 1e-6}},
+            {"max_rel", {0.50, 1e-4}},
+            {"max_abs", {0.50, 1e-6}},
+            {"nonfinite", {0.0, 0.0}}};
+}
+
+bool GateResult::passed(const GateOptions& options) const {
+    const bool missing = !missing_in_run.empty() || !missing_in_baseline.empty();
+    return regressions.empty() && (options.allow_missing || !missing);
+}
+
+GateResult gate(const Report& run, const Report& baseline, const GateOptions& options) {
+    GateResult result;
+    const auto runs = by_id(run);
+    const auto bases = by_id(baseline);
+    for (const auto& [id, base] : bases) {
+        const auto it = runs.find(id);
+        if (it == runs.end()) {
+            result.missing_in_run.push_back(id);
+            continue;
+        }
+        ++result.compared;
+        compare_case(*it->second, *base, options, result);
+    }
+    for (const auto& [id, r] : runs)
+        if (!bases.count(id)) result.missing_in_baseline.push_back(id);
+    return result;
+}
+
+void print_gate(std::ostream& out, const GateResult& result, const GateOptions& options) {
+    print_changes(out, "regressions", result.regressions);
+    print_changes(out, "improvements", result.improvements);
+    if (!result.missing_in_run.empty()) {
+        out << "missing from the run (" << result.missing_in_run.size() << "):\n";
+        for (const auto& id : result.missing_in_run) out << "  " << id << "\n";
+    }
+    if (!result.missing_in_baseline.empty()) {
+        out << "not in the baseline (" << result.missing_in_baseline.size() << "):\n";
+        for (const auto& id : result.missing_in_baseline) out << "  " << id << "\n";
+    }
+    out << (result.passed(options) ? "GATE PASS" : "GATE FAIL") << ": " << result.compared
+        << " cases compared, " << result.regressions.size() << " regressions, "
+        << result.improvements.size() << " improvements, "
+        << result.missing_in_run.size() + result.missing_in_baseline.size() << " missing"
+        << (options.allow_missing ? " (allowed)" : "") << "\n";
+}
+
+Report make_baseline(const Report& run) {
+    Report base = run;
+    for (auto& c : base.cases) {
+        c.drift.clear();
+        c.contract = {};
+        c.findings.clear();
+    }
+    return base;
+}
+
+}  // namespace lav::report

@@ -1,0 +1,204 @@
+// tests/report/gate_test.cpp — gate decisions, baselines, diff and JUnit output on sample reports.
+#include "report/gate.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "report/diff.h"
+#include "report/junit.h"
+#include "sample_report.h"
+
+namespace lav::report {
+namespace {
+
+namespace fs = std::filesystem;
+
+Report sample() {
+    Report r;
+    r.complete = true;
+    r.run = samples::sample_run();
+    r.cases = {samples::passing_case(), samples::failing_case()};
+    return r;
+}
+
+MetricRow& row(Report& r, size_t c, const std::string& tensor) {
+    for (auto& m : r.cases[c].metrics)
+        if (m.tensor == tensor) return m;
+    throw std::runtime_error("no tensor " + tensor);
+}
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+fs::path scratch(const std::string& name) {
+    const fs::path dir = fs::temp_directory_path() / ("lav_gate_test_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    return dir / name;
+}
+
+TEST(Gate, IdenticalRunsPass) {
+    const Report r = sample();
+    const GateOptions options;
+    const GateResult g = gate(r, r, options);
+    EXPECT_TRUE(g.passed(options));
+    EXPECT_EQ(g.compared, 2u);
+    EXPECT_TRUE(g.regressions.empty());
+    EXPECT_TRUE(g.improvements.empty());
+}
+
+TEST(Gate, DoubledErrorOnOneTensorFailsNamingIt) {
+    const Report base = sample();
+    Report run = base;
+    row(run, 0, "ht").rel_rmse *= 2;
+    const GateOptions options;
+    const GateResult g = gate(run, base, options);
+    EXPECT_FALSE(g.passed(options));
+    ASSERT_EQ(g.regressions.size(), 1u);
+    EXPECT_EQ(g.regressions[0].case_id, base.cases[0].id);
+    EXPECT_EQ(g.regressions[0].tensor, "ht");
+    EXPECT_EQ(g.regressions[0].measure, "rel_rmse");
+    std::ostringstream out;
+    print_gate(out, g, options);
+    EXPECT_NE(out.str().find("tensor ht  rel_rmse"), std::string::npos) << out.str();
+    EXPECT_NE(out.str().find("GATE FAIL"), std::string::npos);
+}
+
+TEST(Gate, SlackAndFloorDecide) {
+    const Report base = sample();
+    Report run = base;
+    row(run, 0, "o").rel_rmse *= 1.05;  // inside the default 10 % slack
+    GateOptions options;
+    EXPECT_TRUE(gate(run, base, options).passed(options));
+    options.tolerances["rel_rmse"].slack = 0.01;
+    EXPECT_FALSE(gate(run, base, options).passed(options));
+    options.tolerances["rel_rmse"].floor = 1.0;  // every value is below the floor now
+    EXPECT_TRUE(gate(run, base, options).passed(options));
+}
+
+TEST(Gate, ImprovementPassesAndIsListed) {
+    const Report base = sample();
+    Report run = base;
+    row(run, 1, "o").rel_rmse /= 3;
+    const GateOptions options;
+    const GateResult g = gate(run, base, options);
+    EXPECT_TRUE(g.passed(options));
+    ASSERT_EQ(g.improvements.size(), 1u);
+    EXPECT_EQ(g.improvements[0].tensor, "o");
+}
+
+TEST(Gate, MissingCasesFailUnlessAllowed) {
+    const Report base = sample();
+    Report run = base;
+    run.cases.pop_back();
+    run.cases.push_back(samples::passing_case());
+    run.cases.back().id = "new[case]/chunk/cpu/fwd";
+    GateOptions options;
+    const GateResult g = gate(run, base, options);
+    EXPECT_FALSE(g.passed(options));
+    EXPECT_EQ(g.missing_in_run, std::vector<std::string>{base.cases[1].id});
+    EXPECT_EQ(g.missing_in_baseline, std::vector<std::string>{"new[case]/chunk/cpu/fwd"});
+    options.allow_missing = true;
+    EXPECT_TRUE(gate(run, base, options).passed(options));
+}
+
+TEST(Gate, VerdictChangeAndNaNRegress) {
+    const Report base = sample();
+    Report run = base;
+    run.cases[0].verdict = "error";
+    run.cases[0].message = "kernel threw";
+    row(run, 1, "o").rel_rmse = std::nan("");
+    const GateOptions options;
+    const GateResult g = gate(run, base, options);
+    ASSERT_EQ(g.regressions.size(), 2u);
+    bool verdict = false, nan = false;
+    for (const auto& r : g.regressions) {
+        verdict = verdict || (r.case_id == base.cases[0].id && r.measure == "verdict");
+        nan = nan || (r.case_id == base.cases[1].id && r.tensor == "o" && std::isnan(r.run));
+    }
+    EXPECT_TRUE(verdict);
+    EXPECT_TRUE(nan);
+}
+
+TEST(Gate, BaselineKeepsMeasuresOnlyAndRoundTrips) {
+    const Report run = sample();
+    const Report base = make_baseline(run);
+    for (const auto& c : base.cases) {
+        EXPECT_TRUE(c.drift.empty());
+        EXPECT_TRUE(c.findings.empty());
+        EXPECT_TRUE(c.contract.items.empty());
+        EXPECT_FALSE(c.metrics.empty());
+    }
+    const fs::path file = scratch("base.h5");
+    write_report(file.string(), base);
+    const Report back = read_report(file.string());
+    const GateOptions options;
+    EXPECT_TRUE(gate(run, back, options).passed(options));
+}
+
+TEST(Diff, EnvironmentFirstThenLargestChange) {
+    const Report a = sample();
+    Report b = a;
+    b.run.torch_version = "2.12.0";
+    b.run.device = "NVIDIA H200";
+    row(b, 0, "ht").rel_rmse *= 10;
+    row(b, 1, "o").rel_rmse *= 1.5;
+    std::ostringstream out;
+    print_diff(out, a, b, 0);
+    const std::string text = out.str();
+    const auto env = text.find("LibTorch: 2.11.0  ->  2.12.0");
+    const auto dev = text.find("device: cpu (2 threads)  ->  NVIDIA H200");
+    const auto ht = text.find("  ht  ");
+    const auto o = text.find("bwd  o  ");
+    ASSERT_NE(env, std::string::npos) << text;
+    ASSERT_NE(dev, std::string::npos) << text;
+    ASSERT_NE(ht, std::string::npos) << text;
+    ASSERT_NE(o, std::string::npos) << text;
+    EXPECT_LT(env, ht);
+    EXPECT_LT(ht, o);
+}
+
+TEST(Junit, RunHasOneTestCasePerCaseWithReasons) {
+    Report r = sample();
+    r.cases.push_back(samples::passing_case());
+    r.cases.back().id = "err<&>/chunk/cpu/fwd";
+    r.cases.back().verdict = "error";
+    r.cases.back().message = "kernel threw\nsecond line";
+    const fs::path file = scratch("run.xml");
+    write_junit_run(file.string(), r);
+    const std::string xml = slurp(file);
+    size_t n = 0;
+    for (size_t p = xml.find("<testcase"); p != std::string::npos; p = xml.find("<testcase", p + 1))
+        ++n;
+    EXPECT_EQ(n, 3u);
+    EXPECT_NE(xml.find("tests=\"3\" failures=\"1\" errors=\"1\""), std::string::npos) << xml;
+    EXPECT_NE(xml.find("<failure message=\"tensor o: rel_rmse"), std::string::npos) << xml;
+    EXPECT_NE(xml.find("err&lt;&amp;&gt;"), std::string::npos) << xml;
+    EXPECT_NE(xml.find("<error message=\"kernel threw\">"), std::string::npos) << xml;
+}
+
+TEST(Junit, GateMarksRegressionsAndMissing) {
+    const Report base = sample();
+    Report run = base;
+    row(run, 0, "ht").rel_rmse *= 2;
+    run.cases.pop_back();
+    const GateOptions options;
+    const GateResult g = gate(run, base, options);
+    const fs::path file = scratch("gate.xml");
+    write_junit_gate(file.string(), g, run, base, options);
+    const std::string xml = slurp(file);
+    EXPECT_NE(xml.find("tests=\"2\" failures=\"2\""), std::string::npos) << xml;
+    EXPECT_NE(xml.find("regression: tensor ht rel_rmse"), std::string::npos) << xml;
+    EXPECT_NE(xml.find("missing from the run"), std::string::npos) << xml;
+}
+
+}  // namespace
+}  // namespace lav::report
