@@ -71,6 +71,14 @@ bool apply_filter(scenario::Case& c, const std::regex* filter) {
     return !kept.empty();
 }
 
+// "<case>/<variant>/<backend>/<pass>" -> "<case>": the records of one case share its prologue
+std::string case_of(const std::string& record_id) {
+    size_t cut = record_id.size();
+    for (int i = 0; i < 3 && cut != std::string::npos && cut > 0; ++i)
+        cut = record_id.rfind('/', cut - 1);
+    return cut == std::string::npos ? record_id : record_id.substr(0, cut);
+}
+
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& args, const std::string& command_line) {
@@ -92,7 +100,10 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "threads", po::value(&threads), "CPU threads for LibTorch (default: all cores)")(
         "resume", po::value(&resume),
         "continue the incomplete report F (give the same paths): its cases are kept, the rest run")(
-        "junit", po::value(&junit), "also write the results as JUnit XML to this file");
+        "junit", po::value(&junit), "also write the results as JUnit XML to this file")(
+        "strict-boundary", po::bool_switch(),
+        "fail a case whose prologue hands the kernel a dtype its contract refuses (default: "
+        "report it, cast, and measure)");
     po::positional_options_description positional;
     positional.add("paths", -1);
     po::variables_map vm;
@@ -154,9 +165,11 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     if (!kept.empty())
         std::cerr << "resuming " << out << ": " << kept.size() << " records kept, " << runs
                   << " to run\n";
+    harness::RunOptions run_options;
+    run_options.strict_boundary = vm["strict-boundary"].as<bool>();
     size_t done = 0;
     for (const scenario::Case* c : todo) {
-        harness::run_case(registry, *c, [&](report::CaseRecord r) {
+        harness::run_case(registry, *c, run_options, [&](report::CaseRecord r) {
             if (kept.count(r.id)) return;
             ++done;
             const double elapsed =
@@ -178,6 +191,16 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         failed = true;
         std::cout << "\n";
         report::print_case_failure(std::cout, r);
+    }
+    // a passing case can still carry what the tracer found in its prologue
+    std::string last_scenario_case;
+    for (const auto& r : rep.cases) {
+        if (r.verdict != "pass" || r.findings.empty() || r.trace.empty()) continue;
+        const std::string case_id = case_of(r.id);
+        if (case_id == last_scenario_case) continue;
+        last_scenario_case = case_id;
+        std::cout << "\nfindings of " << case_id << ":\n";
+        report::print_findings(std::cout, r);
     }
     if (skipped_long)
         std::cout << "\n" << skipped_long << " long cases skipped (run with --long)\n";

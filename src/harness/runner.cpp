@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "harness/audit.h"
 #include "harness/inputs.h"
 #include "metrics/measures.h"
 
@@ -85,21 +86,22 @@ void judge(const Case& c, const MeasuredSpec& m, const at::Tensor& x, const at::
     if (ms.nonfinite > 0)
         r.findings.push_back(
             {"NONFINITE", m.name,
-             std::to_string(ms.nonfinite) + " NaN/Inf where the reference is finite"});
+             std::to_string(ms.nonfinite) + " NaN/Inf where the reference is finite", ""});
     if (!(ms.rel_rmse <= row.bound))
-        r.findings.push_back(
-            {"TOLERANCE", m.name, "rel_rmse " + sci(ms.rel_rmse) + " > bound " + sci(row.bound)});
+        r.findings.push_back({"TOLERANCE", m.name,
+                              "rel_rmse " + sci(ms.rel_rmse) + " > bound " + sci(row.bound), ""});
     if (row.dtype != row.expected_dtype) {
         row.pass = false;
         r.findings.push_back(
             {is_state(m) ? "STATE_DTYPE_CONTRACT" : "OUTPUT_DTYPE_CONTRACT", m.name,
-             "returned " + row.dtype + ", contract declares " + row.expected_dtype});
+             "returned " + row.dtype + ", contract declares " + row.expected_dtype, ""});
     }
     for (size_t b = 0; b < ms.drift.size(); ++b) {
         if (ms.drift[b] > row.bound) {
             r.findings.push_back({"DRIFT", m.name,
                                   "rel_rmse " + sci(ms.drift[b]) + " > bound " + sci(row.bound) +
-                                      " from position " + std::to_string(b * c.chunk_size)});
+                                      " from position " + std::to_string(b * c.chunk_size),
+                                  ""});
             break;
         }
     }
@@ -125,10 +127,29 @@ std::string shape_name(const Case& c) {
            "_K" + std::to_string(c.K) + "_V" + std::to_string(c.V);
 }
 
-void run_case(const Registry& registry, const Case& c,
+void run_case(const Registry& registry, const Case& c, const RunOptions& options,
               const std::function<void(CaseRecord)>& sink) {
     const Family& family = registry.get(c.family);
-    const CaseTensors in = make_tensors(family.inputs(c), c, kInputSalt);
+    const std::vector<TensorSpec> specs = family.inputs(c);
+    CaseTensors in = make_tensors(specs, c, kInputSalt);
+    Audit audit;
+    if (c.prologue) {
+        try {
+            in = run_prologue_audited(c, specs, in, audit);
+        } catch (const InternalError&) {
+            throw;
+        } catch (const std::exception& e) {
+            // a prologue that cannot run is this case's result, like a kernel that throws
+            for (const auto& variant : c.variants)
+                for (const auto& pass : passes_of(c)) {
+                    CaseRecord r = blank_record(c, variant, pass);
+                    r.verdict = "error";
+                    r.message = e.what();
+                    sink(std::move(r));
+                }
+            return;
+        }
+    }
     const CaseTensors cot =
         c.backward ? make_tensors(family.cotangents(c), c, kCotangentSalt) : CaseTensors{};
     const TensorMap gold = family.reference(c, in.reference, cot.reference, c.backward);
@@ -138,6 +159,8 @@ void run_case(const Registry& registry, const Case& c,
     for (const auto& variant : c.variants) {
         for (const auto& pass : passes_of(c)) {
             CaseRecord r = blank_record(c, variant, pass);
+            r.findings = audit.findings;
+            r.trace = audit.trace;
             const bool backward = pass == "bwd";
             const auto start = std::chrono::steady_clock::now();
             try {
@@ -152,8 +175,12 @@ void run_case(const Registry& registry, const Case& c,
                 }
                 bool pass_all = true;
                 for (const auto& row : r.metrics) pass_all = pass_all && row.pass;
-                r.verdict = pass_all ? "pass" : "fail";
-                if (!pass_all) r.message = "a measure is outside its bound or contract";
+                const bool refused = options.strict_boundary && audit.boundary_mismatch;
+                r.verdict = pass_all && !refused ? "pass" : "fail";
+                if (refused)
+                    r.message = "a kernel input reached the kernel in a dtype its contract refuses";
+                else if (!pass_all)
+                    r.message = "a measure is outside its bound or contract";
             } catch (const InternalError&) {
                 throw;
             } catch (const std::exception& e) {

@@ -12,9 +12,16 @@
 
 namespace lav::harness {
 
+struct RunOptions {
+    /// a BOUNDARY_MISMATCH fails the case (otherwise the kernel runs on the cast inputs)
+    bool strict_boundary = false;
+};
+
 /// Runs `c` on the CPU backend: one record per (variant, pass), handed to `sink` as soon as
-/// it is finished. Throws only for lav's own bugs (InternalError).
-void run_case(const Registry& registry, const scenario::Case& c,
+/// it is finished. A case with a prologue runs it under the dtype tracer first, and every
+/// record of the case carries the trace and its findings. Throws only for lav's own bugs
+/// (InternalError).
+void run_case(const Registry& registry, const scenario::Case& c, const RunOptions& options,
               const std::function<void(report::CaseRecord)>& sink);
 
 /// The id of one record of `c`: "<scenario>[<matrix>]/<variant>/<backend>/<pass>".

@@ -141,9 +141,15 @@ void print_case_failure(std::ostream& out, const CaseRecord& record) {
         if (!any_failing && record.findings.empty() && !record.message.empty())
             print_indented(out, record.message);
     }
-    for (const Finding& f : record.findings)
+    print_findings(out, record);
+}
+
+void print_findings(std::ostream& out, const CaseRecord& record) {
+    for (const Finding& f : record.findings) {
         out << "  " << f.kind << (f.tensor.empty() ? "" : " " + f.tensor) << ": " << f.message
             << '\n';
+        if (!f.history.empty()) out << "      " << f.history << '\n';
+    }
 }
 
 }  // namespace lav::report

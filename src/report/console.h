@@ -25,4 +25,8 @@ void print_summary_table(std::ostream& out, const Report& report);
 /// count), then the findings. For a case that could not run, its message.
 void print_case_failure(std::ostream& out, const CaseRecord& record);
 
+/// The findings of a case, one line each, with the dtype history of the tensor on a second line
+/// where the finding has one.
+void print_findings(std::ostream& out, const CaseRecord& record);
+
 }  // namespace lav::report

@@ -83,14 +83,39 @@ PrecisionContract read_contract(const h5::Group& group) {
 }
 
 std::vector<Finding> read_findings(const h5::Group& group) {
-    const h5::Table table = h5::read_table(
-        group, "findings", {{"kind", Strings{}}, {"tensor", Strings{}}, {"message", Strings{}}});
+    const h5::Table table = h5::read_table(group, "findings",
+                                           {{"kind", Strings{}},
+                                            {"tensor", Strings{}},
+                                            {"message", Strings{}},
+                                            {"history", Strings{}}});
     const auto& kind = h5::column<std::string>(table, "kind");
     const auto& tensor = h5::column<std::string>(table, "tensor");
     const auto& message = h5::column<std::string>(table, "message");
+    const auto& history = h5::column<std::string>(table, "history");
     std::vector<Finding> findings;
-    for (size_t i = 0; i < kind.size(); ++i) findings.push_back({kind[i], tensor[i], message[i]});
+    for (size_t i = 0; i < kind.size(); ++i)
+        findings.push_back({kind[i], tensor[i], message[i], history[i]});
     return findings;
+}
+
+std::vector<TraceRow> read_trace(const h5::Group& group) {
+    const h5::Table table = h5::read_table(group, "trace",
+                                           {{"seq", std::vector<int64_t>{}},
+                                            {"op", Strings{}},
+                                            {"depth", std::vector<int64_t>{}},
+                                            {"autocast", std::vector<uint8_t>{}},
+                                            {"inputs", Strings{}},
+                                            {"outputs", Strings{}}});
+    const auto& seq = h5::column<int64_t>(table, "seq");
+    const auto& op = h5::column<std::string>(table, "op");
+    const auto& depth = h5::column<int64_t>(table, "depth");
+    const auto& autocast = h5::column<uint8_t>(table, "autocast");
+    const auto& inputs = h5::column<std::string>(table, "inputs");
+    const auto& outputs = h5::column<std::string>(table, "outputs");
+    std::vector<TraceRow> rows;
+    for (size_t i = 0; i < seq.size(); ++i)
+        rows.push_back({seq[i], op[i], depth[i], autocast[i] != 0, inputs[i], outputs[i]});
+    return rows;
 }
 
 std::vector<DriftCurve> read_drift(const h5::Group& group) {
@@ -131,6 +156,7 @@ CaseRecord read_case(const h5::Group& cases, size_t index) {
     c.metrics = read_metrics(group);
     c.contract = read_contract(group);
     c.findings = read_findings(group);
+    c.trace = read_trace(group);
     c.drift = read_drift(group);
     return c;
 }

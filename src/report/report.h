@@ -54,6 +54,17 @@ struct Finding {
     std::string kind;
     std::string tensor;
     std::string message;
+    std::string history;  ///< the tensor's dtype history, for tracer findings; "" otherwise
+};
+
+/// One traced op of a case's prologue (the user's op sequence before the kernel).
+struct TraceRow {
+    int64_t seq = 0;
+    std::string op;     ///< "aten::addcmul"
+    int64_t depth = 0;  ///< 0 for ops the prologue called, > 0 inside another op
+    bool autocast = false;
+    std::string inputs;   ///< "; "-joined, e.g. "fp16[2,64,4,16] <- #3 (k)"
+    std::string outputs;  ///< "; "-joined, e.g. "fp32[2,64,4,16]"
 };
 
 struct CaseRecord {
@@ -76,6 +87,7 @@ struct CaseRecord {
     std::vector<DriftCurve> drift;
     PrecisionContract contract;
     std::vector<Finding> findings;
+    std::vector<TraceRow> trace;  ///< the traced prologue; empty without one
 
     /// The metric row with the largest rel_rmse / bound; nullptr when there are none.
     const MetricRow* worst() const;

@@ -136,7 +136,21 @@ void write_case(const h5::Group& cases, size_t index, const CaseRecord& c) {
                         {"kind", column_of(c.findings, [](const F& f) { return f.kind; })},
                         {"tensor", column_of(c.findings, [](const F& f) { return f.tensor; })},
                         {"message", column_of(c.findings, [](const F& f) { return f.message; })},
+                        {"history", column_of(c.findings, [](const F& f) { return f.history; })},
                     });
+
+    using R = TraceRow;
+    h5::write_table(
+        group, "trace",
+        {
+            {"seq", column_of(c.trace, [](const R& r) { return r.seq; })},
+            {"op", column_of(c.trace, [](const R& r) { return r.op; })},
+            {"depth", column_of(c.trace, [](const R& r) { return r.depth; })},
+            {"autocast",
+             column_of(c.trace, [](const R& r) { return static_cast<uint8_t>(r.autocast); })},
+            {"inputs", column_of(c.trace, [](const R& r) { return r.inputs; })},
+            {"outputs", column_of(c.trace, [](const R& r) { return r.outputs; })},
+        });
 
     // creation order keeps the curves in the order the case measured them
     h5::Group drift = group.create_group("drift", h5::Order::kCreation);

@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/layout.h"
 #include "core/source_location.h"
+#include "scenario/prologue.h"
 
 namespace lav::scenario {
 
@@ -61,6 +62,7 @@ struct Case {
     std::map<std::string, Generator> generators;  ///< by input tensor name; missing: family default
     std::map<std::string, double> tolerances;     ///< rel_rmse bound by tensor; missing: default table
     bool long_case = false;                       ///< skipped unless --long
+    std::optional<Prologue> prologue;  ///< the ops that make the kernel inputs; nullopt: none
 
     SourceLocation location;  ///< the file itself (line 1), for errors found while running
 };

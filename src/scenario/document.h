@@ -2,9 +2,10 @@
 //
 // parse.cpp turns the TOML text into a Node tree (every key and value with its Span, table keys
 // in declaration order) and checks the file's structure once: known keys, required keys, the
-// family and the [matrix] axes. expand.cpp then builds one Case per point of the [matrix] cross
-// product, checks every value of it, and then the family's own rules (FamilyInfo::check). No
-// toml++ type crosses this header.
+// family, the [matrix] axes and the [prologue] (its ops are parsed here, against the file's
+// text, so that their errors point into the file). expand.cpp then builds one Case per point of
+// the [matrix] cross product, checks every value of it, and then the family's own rules
+// (FamilyInfo::check). No toml++ type crosses this header.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "scenario/case.h"
 #include "scenario/catalog.h"
 #include "scenario/diagnostics.h"
+#include "scenario/prologue.h"
 #include "scenario/scenario.h"
 
 namespace lav::scenario {
@@ -38,6 +40,9 @@ struct Node {
 
     /// The entry of a table by key; nullptr when absent or when this is not a table.
     const Node* find(std::string_view name) const;
+    /// The entry at a dotted path of nested tables ("prologue.tensors.x.dtype"); nullptr when
+    /// any part is absent.
+    const Node* find_path(std::string_view path) const;
 };
 
 /// One [matrix] key and its alternatives, e.g. "dtypes.inputs" -> ["fp32", "bf16"].
@@ -52,6 +57,9 @@ struct Document {
     const Node* root = nullptr;
     const FamilyInfo* family = nullptr;  ///< nullptr when the family is missing or unknown
     std::vector<MatrixAxis> axes;        ///< in declaration order
+    /// the [prologue], parsed once: the ops and each tensor's shape as written; the autocast
+    /// mode, the dtypes and the sizes are each case's, set by expand_cases
+    std::optional<Prologue> prologue;
 };
 
 /// Parses TOML text into a Node tree. A syntax error is recorded (the first only) and gives
@@ -59,11 +67,13 @@ struct Document {
 std::optional<Node> parse_toml(const std::string& path, std::string_view text,
                                DiagnosticList& diags);
 
-/// Checks the keys and the structure of a parsed file and collects its [matrix] axes. Gives
-/// nullopt when the file cannot be expanded: a schema this build does not read, or a [matrix]
-/// of more cases than a file may hold.
-std::optional<Document> check_document(const std::string& path, const Node& root,
-                                       const Catalog& catalog, DiagnosticList& diags);
+/// Checks the keys and the structure of a parsed file, collects its [matrix] axes and parses its
+/// [prologue] ops (`text` is the file's text, where the ops' positions are found). Gives nullopt
+/// when the file cannot be expanded: a schema this build does not read, or a [matrix] of more
+/// cases than a file may hold.
+std::optional<Document> check_document(const std::string& path, std::string_view text,
+                                       const Node& root, const Catalog& catalog,
+                                       DiagnosticList& diags);
 
 /// Expands the [matrix] cross product and checks each case's values, then runs the family's
 /// rules on each case without errors when `diags` held none on entry (a file with misplaced

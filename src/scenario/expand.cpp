@@ -1,11 +1,14 @@
-// src/scenario/expand.cpp — [matrix] cross product, per-case value checks, memory estimate.
+// src/scenario/expand.cpp — [matrix] cross product, per-case value checks (the [prologue]'s
+// autocast, dtypes and sizes included), memory estimate.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 
+#include "core/build_info.h"
 #include "scenario/document.h"
+#include "scenario/expr.h"
 #include "scenario/scenario.h"
 
 namespace lav::scenario {
@@ -18,6 +21,8 @@ const std::vector<std::string> kDists = {"randn", "rand", "logsigmoid",
 // what this build's kernels take, for every role (inputs, gates, state, output)
 const std::vector<DType> kSupportedDTypes = {DType::fp32, DType::fp16, DType::bf16};
 const std::vector<std::string> kBooleanValues = {"false", "true"};
+const AutocastMode kAutocastModes[] = {AutocastMode::off, AutocastMode::bf16, AutocastMode::fp16,
+                                       AutocastMode::disabled};
 
 // the shortest text that reads back as the same double: 0.125, 0.005, 1e-05
 std::string format_number(double value) {
@@ -113,6 +118,7 @@ class CaseBuilder {
         read_dtypes(c);
         read_generators(c);
         read_tolerances(c);
+        read_prologue(c, sized);
         if (sized && options.max_memory_bytes > 0) check_memory(c, options.max_memory_bytes);
         // a family's rules may rely on what the generic checks ensure (H > 0 for H | HV), and a
         // file with misplaced keys may not say what its author meant
@@ -124,10 +130,7 @@ class CaseBuilder {
     const Node* get(std::string_view path) const {
         for (const auto& [key, value] : overrides_)
             if (key == path) return value;
-        const auto dot = path.find('.');
-        if (dot == std::string_view::npos) return root_.find(path);
-        const Node* table = root_.find(path.substr(0, dot));
-        return table ? table->find(path.substr(dot + 1)) : nullptr;
+        return root_.find_path(path);
     }
 
     void error(const Span& at, std::string message, std::string note = {}) {
@@ -498,6 +501,87 @@ class CaseBuilder {
             }
             c.tolerances[entry.key] = v;
         }
+    }
+
+    /// The file's prologue with this case's autocast mode, dtypes and sizes. `sized`: the case's
+    /// sizes are all valid (otherwise they were reported and the shapes are left empty).
+    void read_prologue(Case& c, bool sized) {
+        if (!document_.prologue) return;
+        Prologue prologue = *document_.prologue;
+        if (const Node* mode = string_setting("prologue.autocast")) {
+            prologue.autocast_span = mode->span;
+            const std::string& text = mode->string_value;
+            std::vector<std::string> names;
+            std::optional<AutocastMode> found;
+            for (AutocastMode m : kAutocastModes) {
+                names.emplace_back(autocast_name(m));
+                if (names.back() == text) found = m;
+            }
+            if (!found) {
+                error(*mode, "unknown autocast mode " + in_quotes(text),
+                      did_you_mean_note(text, names));
+            } else if (*found == AutocastMode::fp16 && !kCudaBuild) {
+                error(*mode, "autocast 'fp16' needs CUDA, and this build of lav is CPU-only",
+                      "fp16 autocast is CUDA autocast; use \"bf16\" for a CPU autocast region");
+            } else {
+                prologue.autocast = *found;
+            }
+        }
+        for (PrologueTensor& tensor : prologue.tensors) {
+            const std::string path = "prologue.tensors." + tensor.name + ".dtype";
+            tensor.dtype = c.input_dtype;
+            if (const Node* value = string_setting(path)) {
+                if (auto dtype = prologue_dtype(*value)) tensor.dtype = *dtype;
+            }
+            if (sized) tensor.shape = resolve_shape(c, tensor);
+        }
+        c.prologue = std::move(prologue);
+    }
+
+    std::optional<DType> prologue_dtype(const Node& value) {
+        const std::string& spelling = value.string_value;
+        std::vector<std::string> names;
+        for (DType d : prologue_dtypes()) names.emplace_back(dtype_name(d));
+        const auto dtype = parse_dtype(spelling);
+        if (!dtype) {
+            error(value, "unknown dtype " + in_quotes(spelling),
+                  "expected one of: " + dtype_names_list());
+        } else if (std::find(names.begin(), names.end(), spelling) == names.end()) {
+            error(value, "dtype " + in_quotes(spelling) + " is not supported in the prologue",
+                  "the prologue takes " + join(names));
+        } else {
+            return dtype;
+        }
+        return std::nullopt;
+    }
+
+    std::vector<int64_t> resolve_shape(const Case& c, const PrologueTensor& tensor) {
+        const std::pair<const char*, int64_t> sizes[] = {{"B", c.B}, {"T", c.T}, {"H", c.H},
+                                                         {"K", c.K}, {"V", c.V}, {"HV", c.HV}};
+        std::vector<int64_t> shape;
+        for (const ShapeDim& dim : tensor.dims) {
+            if (dim.symbol.empty()) {
+                shape.push_back(dim.factor);
+                continue;
+            }
+            int64_t size = 0;
+            for (const auto& [symbol, value] : sizes)
+                if (dim.symbol == symbol) size = value;
+            if (dim.op == '*') {
+                shape.push_back(size * dim.factor);
+            } else if (size % dim.factor == 0) {
+                shape.push_back(size / dim.factor);
+            } else {
+                error(dim.span,
+                      in_quotes(dim.text) + " is not a whole size: " + dim.symbol + " = " +
+                          std::to_string(size) + " is not a multiple of " +
+                          std::to_string(dim.factor),
+                      "write this size as an integer, or divide " + dim.symbol +
+                          " by one of its divisors");
+                shape.push_back(0);
+            }
+        }
+        return shape;
     }
 
     void check_memory(const Case& c, uint64_t limit) {

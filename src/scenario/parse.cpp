@@ -1,7 +1,9 @@
-// src/scenario/parse.cpp — TOML to a located tree, key and structure checks, load_file; not values.
+// src/scenario/parse.cpp — TOML to a located tree, key and structure checks, the [prologue]'s ops
+// parsed in place, load_file; not values.
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -9,6 +11,7 @@
 
 #include "core/error.h"
 #include "scenario/document.h"
+#include "scenario/expr.h"
 #include "scenario/scenario.h"
 
 namespace lav::scenario {
@@ -20,14 +23,18 @@ constexpr std::size_t kMaxCases = 10000;
 const std::vector<std::string> kTopLevelKeys = {
     "schema", "name",          "description", "family",     "variants", "passes",     "seed",
     "layout", "initial_state", "chunk_size",  "scale",      "long",     "cu_seqlens", "shape",
-    "dtypes", "options",       "inputs",      "tolerances", "matrix"};
-const std::vector<std::string> kTableKeys = {"shape",  "dtypes",     "options",
-                                             "inputs", "tolerances", "matrix"};
+    "dtypes", "options",       "inputs",      "tolerances", "prologue", "matrix"};
+const std::vector<std::string> kTableKeys = {"shape",      "dtypes",   "options", "inputs",
+                                             "tolerances", "prologue", "matrix"};
 const std::vector<std::string> kShapeKeys = {"B", "T", "H", "K", "V", "HV"};
 // HV (value heads) is optional: it defaults to H
 const std::vector<std::string> kRequiredShapeKeys = {"B", "T", "H", "K", "V"};
 const std::vector<std::string> kDTypeKeys = {"inputs", "gates", "state", "output"};
 const std::vector<std::string> kGeneratorKeys = {"dist", "scale", "normalizer"};
+const std::vector<std::string> kPrologueKeys = {"autocast", "ops", "tensors"};
+const std::vector<std::string> kPrologueTensorKeys = {"shape", "dtype", "parameter", "dist",
+                                                      "scale"};
+const std::vector<std::string> kPrologueDists = {"randn", "rand", "zeros", "ones"};
 // the settings a [matrix] key may vary, besides "options.<name>" for the family's options
 const std::vector<std::string> kMatrixPaths = {
     "layout",        "seed",         "initial_state", "chunk_size",    "scale",   "cu_seqlens",
@@ -113,6 +120,194 @@ Node to_node(const toml::node& value, const std::string& path) {
     return node;
 }
 
+bool is_continuation_byte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+
+/// Walks a file's text byte by byte, keeping the line and the column as toml++ counts them
+/// (columns in code points).
+class TextCursor {
+  public:
+    TextCursor(std::string_view text, const std::string& path) : text_(text), path_(path) {}
+
+    bool done() const { return i_ >= text_.size(); }
+    char peek(std::size_t ahead = 0) const {
+        return i_ + ahead < text_.size() ? text_[i_ + ahead] : '\0';
+    }
+    bool starts_with(std::string_view prefix) const {
+        return text_.substr(std::min(i_, text_.size())).substr(0, prefix.size()) == prefix;
+    }
+    SourceLocation location() const { return {path_, line_, column_}; }
+
+    void advance(std::size_t n = 1) {
+        for (; n > 0 && i_ < text_.size(); --n) {
+            if (text_[i_] == '\n') {
+                ++line_;
+                column_ = 1;
+            } else if (i_ + 1 >= text_.size() || !is_continuation_byte(text_[i_ + 1])) {
+                ++column_;
+            }
+            ++i_;
+        }
+    }
+
+    /// Moves to the first byte written at `at`.
+    void seek(const SourceLocation& at) {
+        while (!done() && (line_ < at.line || (line_ == at.line && column_ < at.column))) advance();
+    }
+
+  private:
+    std::string_view text_;
+    const std::string& path_;
+    std::size_t i_ = 0;
+    int line_ = 1;
+    int column_ = 1;
+};
+
+void append_utf8(std::string& out, uint32_t code_point) {
+    if (code_point < 0x80) {
+        out += static_cast<char>(code_point);
+    } else if (code_point < 0x800) {
+        out += static_cast<char>(0xC0 | (code_point >> 6));
+        out += static_cast<char>(0x80 | (code_point & 0x3F));
+    } else if (code_point < 0x10000) {
+        out += static_cast<char>(0xE0 | (code_point >> 12));
+        out += static_cast<char>(0x80 | ((code_point >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (code_point & 0x3F));
+    } else {
+        out += static_cast<char>(0xF0 | (code_point >> 18));
+        out += static_cast<char>(0x80 | ((code_point >> 12) & 0x3F));
+        out += static_cast<char>(0x80 | ((code_point >> 6) & 0x3F));
+        out += static_cast<char>(0x80 | (code_point & 0x3F));
+    }
+}
+
+/// The bytes an escape sequence stands for; the cursor is on its backslash and is moved past it.
+/// toml++ has rejected the file before this runs if an escape is malformed.
+std::string decode_escape(TextCursor& cursor) {
+    const char kind = cursor.peek(1);
+    std::size_t digits = 0;
+    switch (kind) {
+        case 'u':
+            digits = 4;
+            break;
+        case 'U':
+            digits = 8;
+            break;
+        case 'x':
+            digits = 2;
+            break;
+        default: {
+            cursor.advance(2);
+            switch (kind) {
+                case 'b':
+                    return "\b";
+                case 't':
+                    return "\t";
+                case 'n':
+                    return "\n";
+                case 'f':
+                    return "\f";
+                case 'r':
+                    return "\r";
+                case 'e':
+                    return "\x1B";
+                default:
+                    return std::string(1, kind);
+            }
+        }
+    }
+    std::string hex;
+    for (std::size_t d = 0; d < digits; ++d) hex += cursor.peek(2 + d);
+    cursor.advance(2 + digits);
+    std::string out;
+    append_utf8(out, static_cast<uint32_t>(std::stoul(hex, nullptr, 16)));
+    return out;
+}
+
+/// A TOML string value's text with where each of its bytes was written, so that errors in it
+/// point into the file: escapes and line-ending backslashes are undone as TOML does (an escape
+/// maps to its backslash), a multi-line string's first line break is dropped and CRLF read as
+/// LF. The last location is the closing quote.
+SourceText locate_string(std::string_view text, const Node& value) {
+    TextCursor cursor(text, value.span.at.file);
+    cursor.seek(value.span.at);
+    const char quote = cursor.peek();
+    LAV_ASSERT(quote == '"' || quote == '\'', "a string value does not start with a quote");
+    const bool literal = quote == '\'';
+    const bool multi_line = cursor.starts_with(std::string(3, quote));
+    cursor.advance(multi_line ? 3 : 1);
+    if (multi_line && cursor.starts_with("\r\n")) {
+        cursor.advance(2);
+    } else if (multi_line && cursor.starts_with("\n")) {
+        cursor.advance();
+    }
+    SourceText out;
+    const auto emit = [&out](const std::string& bytes, const SourceLocation& at) {
+        out.text += bytes;
+        out.at.insert(out.at.end(), bytes.size(), at);
+    };
+    while (!cursor.done()) {
+        const SourceLocation at = cursor.location();
+        const char c = cursor.peek();
+        if (c == quote) {
+            std::size_t run = 1;
+            while (multi_line && cursor.peek(run) == quote) ++run;
+            if (!multi_line) break;
+            // up to two quotes right before the closing three belong to the text
+            const std::size_t kept = run >= 3 ? std::min<std::size_t>(run - 3, 2) : run;
+            for (std::size_t q = 0; q < kept; ++q) {
+                emit(std::string(1, quote), cursor.location());
+                cursor.advance();
+            }
+            if (run >= 3) break;
+        } else if (multi_line && cursor.starts_with("\r\n")) {
+            emit("\n", at);
+            cursor.advance(2);
+        } else if (!literal && c == '\\') {
+            const char next = cursor.peek(1);
+            if (multi_line && (next == ' ' || next == '\t' || next == '\r' || next == '\n')) {
+                // a line-ending backslash drops itself and all whitespace up to the next text
+                cursor.advance();
+                while (!cursor.done() &&
+                       std::string_view(" \t\r\n").find(cursor.peek()) != std::string_view::npos)
+                    cursor.advance();
+            } else {
+                emit(decode_escape(cursor), at);
+            }
+        } else {
+            emit(std::string(1, c), at);
+            cursor.advance();
+        }
+    }
+    out.at.push_back(cursor.location());
+    LAV_ASSERT(out.text == value.string_value, "string positions decoded to '", out.text,
+               "' instead of '", value.string_value, "'");
+    return out;
+}
+
+/// The lines of `text`, without line breaks.
+std::vector<std::string> lines_of(std::string_view text) {
+    std::vector<std::string> lines;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        std::size_t end = text.find('\n', start);
+        if (end == std::string_view::npos) end = text.size();
+        std::string line(text.substr(start, end - start));
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        lines.push_back(std::move(line));
+        start = end + 1;
+    }
+    return lines;
+}
+
+bool is_identifier(std::string_view name) {
+    const auto letter = [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    };
+    return !name.empty() && letter(name[0]) && std::all_of(name.begin(), name.end(), [&](char c) {
+        return letter(c) || (c >= '0' && c <= '9');
+    });
+}
+
 std::vector<std::string> option_names(const FamilyInfo& family) {
     std::vector<std::string> names;
     for (const auto& [option, values] : family.options) names.push_back(option);
@@ -122,9 +317,9 @@ std::vector<std::string> option_names(const FamilyInfo& family) {
 /// Structural checks of one file; each method records what it finds in diags_.
 class Checker {
   public:
-    Checker(const std::string& path, const Node& root, const Catalog& catalog,
-            DiagnosticList& diags)
-        : root_(root), catalog_(catalog), diags_(diags), file_start_{{path, 1, 1}, 1} {
+    Checker(const std::string& path, std::string_view text, const Node& root,
+            const Catalog& catalog, DiagnosticList& diags)
+        : text_(text), root_(root), catalog_(catalog), diags_(diags), file_start_{{path, 1, 1}, 1} {
         document_.path = path;
         document_.root = &root;
     }
@@ -134,6 +329,7 @@ class Checker {
         if (!check_schema()) return std::nullopt;
         check_top_level();
         check_family();
+        check_prologue();
         collect_matrix();
         check_table_keys("shape", kShapeKeys);
         check_table_keys("dtypes", kDTypeKeys);
@@ -257,6 +453,167 @@ class Checker {
         }
     }
 
+    // the ops are parsed here, once per file; autocast, dtypes and sizes are each case's
+    void check_prologue() {
+        const Node* prologue = table("prologue");
+        if (!prologue) return;
+        // a [prologue.tensors] header alone makes the [prologue] table, with no place of its own
+        const Span at = prologue->span.at.known() ? prologue->span : file_start_;
+        Prologue parsed;
+        parsed.file = document_.path;
+        parsed.source_lines = std::make_shared<const std::vector<std::string>>(lines_of(text_));
+        parsed.autocast_span = at;
+        for (const Node& entry : prologue->items)
+            if (!contains(kPrologueKeys, entry.key)) unknown_key(entry, entry.key, kPrologueKeys);
+        if (const Node* tensors = prologue->find("tensors")) {
+            if (tensors->kind != NodeKind::table) {
+                diags_.error(tensors->span, type_message("prologue.tensors", "a table", *tensors));
+            } else {
+                for (const Node& entry : tensors->items)
+                    if (auto tensor = read_prologue_tensor(entry))
+                        parsed.tensors.push_back(std::move(*tensor));
+            }
+        }
+        const Node* ops = prologue->find("ops");
+        if (!ops) {
+            diags_.error(at, "missing required key 'prologue.ops'",
+                         "add ops = \"\"\" ... \"\"\" with one assignment per line");
+        } else if (ops->kind != NodeKind::string) {
+            diags_.error(ops->span, type_message("prologue.ops", "a string", *ops));
+        } else {
+            const SourceText source = locate_string(text_, *ops);
+            ProgramNames names;
+            for (const PrologueTensor& t : parsed.tensors) names.tensors.push_back(t.name);
+            if (document_.family) names.kernel_inputs = document_.family->inputs;
+            const std::size_t errors_before = diags_.size();
+            parsed.statements = parse_program(source, document_.family ? &names : nullptr, diags_);
+            if (parsed.statements.empty() && diags_.size() == errors_before)
+                diags_.error(ops->span, "'prologue.ops' has no assignments",
+                             "write one assignment per line, as in k = to(k, \"fp16\")");
+        }
+        document_.prologue = std::move(parsed);
+    }
+
+    /// A [prologue.tensors] entry with its shape as written; nullopt when ops cannot name it.
+    /// Its dtype is read for each case.
+    std::optional<PrologueTensor> read_prologue_tensor(const Node& entry) {
+        const std::string path = "prologue.tensors." + entry.key;
+        if (!is_identifier(entry.key)) {
+            diags_.error(entry.key_span,
+                         "prologue tensor " + in_quotes(entry.key) + " cannot be named in ops",
+                         "a name is letters, digits and '_', and does not start with a digit");
+            return std::nullopt;
+        }
+        const FamilyInfo* family = document_.family;
+        if (family && contains(family->inputs, entry.key)) {
+            diags_.error(entry.key_span,
+                         "prologue tensor " + in_quotes(entry.key) + " is an input of family " +
+                             in_quotes(family->name),
+                         "the family generates " + in_quotes(entry.key) +
+                             "; declare the tensor under another name and assign " + entry.key +
+                             " in ops");
+            return std::nullopt;
+        }
+        PrologueTensor tensor;
+        tensor.name = entry.key;
+        tensor.span = entry.key_span;
+        if (entry.kind != NodeKind::table) {
+            diags_.error(entry.span, type_message(path, "a table", entry),
+                         "e.g. " + entry.key +
+                             " = { shape = [\"B\", \"T\", \"H\", \"K\"], dtype = \"fp16\" }");
+            return tensor;
+        }
+        for (const Node& field : entry.items)
+            if (!contains(kPrologueTensorKeys, field.key))
+                unknown_key(field, field.key, kPrologueTensorKeys);
+        const Node* shape = entry.find("shape");
+        if (!shape) {
+            diags_.error(entry.span, "missing required key " + in_quotes(path + ".shape"),
+                         "add shape = [...] with the case's sizes (B, T, H, K, V, HV) or integers");
+        } else if (shape->kind != NodeKind::array) {
+            diags_.error(shape->span, type_message(path + ".shape", "an array", *shape));
+        } else {
+            for (std::size_t i = 0; i < shape->items.size(); ++i) {
+                const std::string item_path = path + ".shape[" + std::to_string(i) + "]";
+                if (auto dim = read_dim(shape->items[i], item_path))
+                    tensor.dims.push_back(std::move(*dim));
+            }
+        }
+        if (const Node* parameter = entry.find("parameter")) {
+            if (parameter->kind == NodeKind::boolean) {
+                tensor.parameter = parameter->bool_value;
+            } else {
+                diags_.error(parameter->span,
+                             type_message(path + ".parameter", "a boolean", *parameter));
+            }
+        }
+        if (const Node* dist = entry.find("dist")) {
+            if (dist->kind != NodeKind::string) {
+                diags_.error(dist->span, type_message(path + ".dist", "a string", *dist));
+            } else if (!contains(kPrologueDists, dist->string_value)) {
+                diags_.error(dist->span, "unknown dist " + in_quotes(dist->string_value),
+                             did_you_mean_note(dist->string_value, kPrologueDists));
+            } else {
+                tensor.dist = dist->string_value;
+            }
+        }
+        if (const Node* scale = entry.find("scale")) {
+            const bool number =
+                scale->kind == NodeKind::integer || scale->kind == NodeKind::floating;
+            const double v = scale->kind == NodeKind::integer
+                                 ? static_cast<double>(scale->integer_value)
+                                 : scale->float_value;
+            if (!number) {
+                diags_.error(scale->span, type_message(path + ".scale", "a number", *scale));
+            } else if (!std::isfinite(v)) {
+                diags_.error(scale->span, path + ".scale must be finite");
+            } else {
+                tensor.scale = v;
+            }
+        }
+        return tensor;
+    }
+
+    /// One size of a prologue tensor: a positive integer, or "K", "K/2", "H*2".
+    std::optional<ShapeDim> read_dim(const Node& item, const std::string& path) {
+        ShapeDim dim;
+        dim.span = item.span;
+        if (item.kind == NodeKind::integer) {
+            if (item.integer_value <= 0) {
+                diags_.error(item.span,
+                             path + " must be positive, got " + std::to_string(item.integer_value));
+                return std::nullopt;
+            }
+            dim.factor = item.integer_value;
+            dim.text = std::to_string(item.integer_value);
+            return dim;
+        }
+        if (item.kind != NodeKind::string) {
+            diags_.error(item.span, type_message(path, "a size name or an integer", item));
+            return std::nullopt;
+        }
+        dim.text = item.string_value;
+        const std::size_t op = dim.text.find_first_of("*/");
+        dim.symbol = dim.text.substr(0, op);
+        bool ok = contains(kShapeKeys, dim.symbol);
+        if (ok && op != std::string::npos) {
+            dim.op = dim.text[op];
+            const std::string number = dim.text.substr(op + 1);
+            ok = !number.empty() && number.size() < 10 &&
+                 std::all_of(number.begin(), number.end(),
+                             [](char c) { return c >= '0' && c <= '9'; });
+            if (ok) dim.factor = std::stoll(number);
+            ok = ok && dim.factor > 0;
+        }
+        if (!ok) {
+            diags_.error(item.span, "unknown size " + in_quotes(dim.text),
+                         "a size is a positive integer, or one of " + join(kShapeKeys) +
+                             ", alone or as K/2 or H*2");
+            return std::nullopt;
+        }
+        return dim;
+    }
+
     // [matrix] keys are dotted paths, quoted ("dtypes.inputs") or as nested tables
     void flatten_matrix(const Node& node, const std::string& prefix) {
         for (const Node& entry : node.items) {
@@ -274,14 +631,18 @@ class Checker {
         if (document_.family)
             for (const auto& option : option_names(*document_.family))
                 candidates.push_back("options." + option);
+        if (document_.prologue) {
+            candidates.push_back("prologue.autocast");
+            for (const PrologueTensor& t : document_.prologue->tensors)
+                candidates.push_back("prologue.tensors." + t.name + ".dtype");
+        }
         return candidates;
     }
 
-    const Node* base_value(const std::string& path) const {
-        const auto dot = path.find('.');
-        if (dot == std::string::npos) return root_.find(path);
-        const Node* t = table(path.substr(0, dot));
-        return t ? t->find(path.substr(dot + 1)) : nullptr;
+    std::string matrix_note() const {
+        std::string note = "[matrix] varies: " + join(kMatrixPaths) + ", options.<name>";
+        if (document_.prologue) note += ", prologue.autocast, prologue.tensors.<name>.dtype";
+        return note;
     }
 
     bool matrix_can_vary(const std::string& path, const Node& entry) {
@@ -297,9 +658,9 @@ class Checker {
                              in_quotes(document_.family->name),
                          did_you_mean_note(option, names));
         } else if (head != "options" && head != "shape" && head != "dtypes" &&
-                   contains(kTopLevelKeys, head)) {
+                   contains(kTopLevelKeys, head) && path.rfind("prologue.tensors.", 0) != 0) {
             diags_.error(entry.key_span, in_quotes(path) + " cannot be varied in [matrix]",
-                         "[matrix] varies: " + join(kMatrixPaths) + ", options.<name>");
+                         matrix_note());
         } else if (head != "options" || document_.family) {
             unknown_key(entry, path, candidates);
         }
@@ -324,7 +685,7 @@ class Checker {
                              "merge the two lists of values");
                 continue;
             }
-            if (const Node* base = base_value(path)) {
+            if (const Node* base = root_.find_path(path)) {
                 diags_.error(entry->key_span,
                              in_quotes(path) + " is set both in [matrix] and at line " +
                                  std::to_string(base->key_span.at.line),
@@ -387,6 +748,7 @@ class Checker {
         return true;
     }
 
+    std::string_view text_;
     const Node& root_;
     const Catalog& catalog_;
     DiagnosticList& diags_;
@@ -402,6 +764,17 @@ const Node* Node::find(std::string_view name) const {
     for (const Node& item : items)
         if (item.key == name) return &item;
     return nullptr;
+}
+
+const Node* Node::find_path(std::string_view path) const {
+    const Node* node = this;
+    while (node) {
+        const auto dot = path.find('.');
+        node = node->find(path.substr(0, dot));
+        if (dot == std::string_view::npos) break;
+        path.remove_prefix(dot + 1);
+    }
+    return node;
 }
 
 std::string in_quotes(std::string_view text) { return "'" + std::string(text) + "'"; }
@@ -426,9 +799,10 @@ std::optional<Node> parse_toml(const std::string& path, std::string_view text,
     }
 }
 
-std::optional<Document> check_document(const std::string& path, const Node& root,
-                                       const Catalog& catalog, DiagnosticList& diags) {
-    return Checker(path, root, catalog, diags).run();
+std::optional<Document> check_document(const std::string& path, std::string_view text,
+                                       const Node& root, const Catalog& catalog,
+                                       DiagnosticList& diags) {
+    return Checker(path, text, root, catalog, diags).run();
 }
 
 std::vector<Case> load_file(const std::string& path, const Catalog& catalog,
@@ -445,7 +819,7 @@ std::vector<Case> load_file(const std::string& path, const Catalog& catalog,
     DiagnosticList diags(path, text);
     std::vector<Case> cases;
     if (auto root = parse_toml(path, text, diags)) {
-        if (auto document = check_document(path, *root, catalog, diags))
+        if (auto document = check_document(path, text, *root, catalog, diags))
             cases = expand_cases(*document, options, diags);
     }
     diags.throw_if_any();

@@ -44,7 +44,9 @@ METRICS_COLUMNS = {
     "max_abs_index": "str", "max_rel": "f64", "nonfinite": "i64", "bound": "f64", "pass": "flag",
 }
 CONTRACT_COLUMNS = {"item": "str", "dtype": "str", "note": "str"}
-FINDINGS_COLUMNS = {"kind": "str", "tensor": "str", "message": "str"}
+FINDINGS_COLUMNS = {"kind": "str", "tensor": "str", "message": "str", "history": "str"}
+TRACE_COLUMNS = {"seq": "int", "op": "str", "depth": "int", "autocast": "flag", "inputs": "str",
+                 "outputs": "str"}
 VERDICTS = {"pass", "fail", "error"}
 DTYPES = {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}
 
@@ -126,6 +128,7 @@ def check_case(name, group, summary_row):
         if unknown:
             problem(f"{group.name}/contract: unknown dtypes {sorted(unknown)}")
     read_table(group, "findings", FINDINGS_COLUMNS)
+    read_table(group, "trace", TRACE_COLUMNS)
 
     if "drift" not in group or not isinstance(group["drift"], h5py.Group):
         problem(f"{group.name}: no group 'drift'")

@@ -104,11 +104,21 @@ void expect_same_case(const CaseRecord& e, const CaseRecord& a) {
         EXPECT_EQ(e.contract.items[i].note, a.contract.items[i].note);
     }
 
+    ASSERT_EQ(e.trace.size(), a.trace.size());
+    for (size_t i = 0; i < e.trace.size(); ++i) {
+        EXPECT_EQ(e.trace[i].seq, a.trace[i].seq);
+        EXPECT_EQ(e.trace[i].op, a.trace[i].op);
+        EXPECT_EQ(e.trace[i].depth, a.trace[i].depth);
+        EXPECT_EQ(e.trace[i].autocast, a.trace[i].autocast);
+        EXPECT_EQ(e.trace[i].inputs, a.trace[i].inputs);
+        EXPECT_EQ(e.trace[i].outputs, a.trace[i].outputs);
+    }
     ASSERT_EQ(e.findings.size(), a.findings.size());
     for (size_t i = 0; i < e.findings.size(); ++i) {
         EXPECT_EQ(e.findings[i].kind, a.findings[i].kind);
         EXPECT_EQ(e.findings[i].tensor, a.findings[i].tensor);
         EXPECT_EQ(e.findings[i].message, a.findings[i].message);
+        EXPECT_EQ(e.findings[i].history, a.findings[i].history);
     }
 }
 
@@ -460,7 +470,7 @@ TEST(ConsoleFailure, MismatchMessageForEachFailingTensor) {
     std::ostringstream out;
     print_case_failure(out, failing_case());
     const std::vector<std::string> lines = lines_of(out.str());
-    ASSERT_EQ(lines.size(), 6u) << out.str();
+    ASSERT_EQ(lines.size(), 8u) << out.str();
     EXPECT_EQ(lines[0],
               "FAIL smoke[dtypes.inputs=bf16]/chunk/cpu/bwd  B2_T1024_H4_K64_V64  cu_seqlens "
               "[0, 100, 1024]  bf16 in / fp32 state / head_last");
@@ -473,6 +483,9 @@ TEST(ConsoleFailure, MismatchMessageForEachFailingTensor) {
     EXPECT_EQ(lines[3], "  TOLERANCE o: rel_rmse 6.1e-03 above bound 5.0e-03");
     EXPECT_EQ(lines[4].rfind("  NONFINITE dq: 3 NaN", 0), 0u) << lines[4];
     EXPECT_EQ(lines[5].rfind("  OUTPUT_DTYPE_CONTRACT dq: ", 0), 0u) << lines[5];
+    // a tracer finding carries the tensor's dtype history on its own line
+    EXPECT_EQ(lines[6].rfind("  PROMOTION k: k: fp16 -> fp32 at aten::addcmul", 0), 0u) << lines[6];
+    EXPECT_EQ(lines[7], "      k: fp16 —aten::addcmul(k_a: fp32)→ fp32");
     // dk passed and is not listed
     EXPECT_EQ(out.str().find("dk"), std::string::npos);
 }

@@ -69,9 +69,14 @@ inline CaseRecord failing_case() {
                  {"dk", "bf16", "bf16", 3.5e-3, 1.0e-2, "[0, 1, 1, 1]", 2.0e-2, 0, 8.0e-3, true}};
     c.drift = {{"o", 64, {2.0e-3, 6.1e-3}}};
     c.findings = {
-        {"TOLERANCE", "o", "rel_rmse 6.1e-03 above bound 5.0e-03"},
-        {"NONFINITE", "dq", "3 NaN where the reference is finite — first at [0, 5, 0, 0] ✗"},
-        {"OUTPUT_DTYPE_CONTRACT", "dq", "returned fp32, the contract says bf16 (Δ dtype)"}};
+        {"TOLERANCE", "o", "rel_rmse 6.1e-03 above bound 5.0e-03", ""},
+        {"NONFINITE", "dq", "3 NaN where the reference is finite — first at [0, 5, 0, 0] ✗", ""},
+        {"OUTPUT_DTYPE_CONTRACT", "dq", "returned fp32, the contract says bf16 (Δ dtype)", ""},
+        {"PROMOTION", "k", "k: fp16 -> fp32 at aten::addcmul, operand k_a: fp32 (parameter)",
+         "k: fp16 —aten::addcmul(k_a: fp32)→ fp32"}};
+    c.trace = {
+        {0, "aten::mul", 0, false, "fp16[1,16,2,8] (k); fp16[1,16,2,8] <- #-1", "fp16[1,16,2,8]"},
+        {1, "aten::addcmul", 0, true, "fp16[1,16,2,8] (k); fp32[8] (k_a)", "fp32[1,16,2,8]"}};
     return c;
 }
 

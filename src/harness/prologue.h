@@ -1,0 +1,71 @@
+// src/harness/prologue.h — runs a scenario's prologue with real LibTorch ops, and draws its
+// declared tensors. Knows no tracer and no kernel: hooks let a caller watch each tensor.
+//
+// Every function of the ops language is the ATen op PyTorch code would call (at::addcmul,
+// at::matmul, at::rms_norm, ...), so type promotion and autocast give exactly the dtypes
+// PyTorch gives; scenarios/README.md lists the op behind each function. The ops run inside the
+// prologue's autocast region, opened on the device of the tensors and closed again, whatever
+// happens. An op that fails (mismatched shapes, say) becomes a ScenarioError at the op in the
+// scenario file, with LibTorch's message as its note.
+//
+//   TensorMap env = kernel_inputs;                            // q, k, v, ... as generated
+//   env.merge(make_prologue_tensors(*c.prologue, c.seed));    // a, k_a, ...
+//   PrologueHooks hooks;
+//   hooks.on_assign = [&](const std::string& name, const at::Tensor& t) { trace.label(t, name); };
+//   TensorMap out = run_prologue(*c.prologue, std::move(env), hooks);
+//   at::Tensor k = out.at("k");                                 // fp32 if k_a was
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "scenario/prologue.h"
+
+namespace lav::harness {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+
+/// Callbacks for whoever watches the prologue (a dtype tracer labels tensors with them). Either
+/// may be empty.
+struct PrologueHooks {
+    /// each tensor of the environment, in name order, before the first op runs
+    std::function<void(const std::string& name, const at::Tensor& tensor)> on_input;
+    /// the value of each assignment, right after its line ran
+    std::function<void(const std::string& name, const at::Tensor& tensor)> on_assign;
+};
+
+/// Draws the prologue's declared tensors at their (resolved) shapes: drawn in fp64 and rounded
+/// to each tensor's dtype, like the kernel inputs. Each tensor's stream is seeded from (seed,
+/// its name), so its values do not depend on which other tensors the prologue declares.
+TensorMap make_prologue_tensors(const scenario::Prologue& prologue, uint64_t seed);
+
+/// Runs the ops in order on `env` (the kernel inputs and the prologue tensors, by name) and
+/// returns it with every assignment made: assigned names are added or replaced. Throws
+/// ScenarioError when an op fails, when a name the ops read is not in `env`, or when the
+/// autocast mode cannot be had on the tensors' device (fp16 needs CUDA tensors).
+TensorMap run_prologue(const scenario::Prologue& prologue, TensorMap env,
+                       const PrologueHooks& hooks = {});
+
+/// An autocast region on one device type for its lifetime: sets whether autocast is enabled and
+/// its lower precision type, and restores both (and the nesting count and cast cache, as
+/// torch.autocast does) when it ends.
+class AutocastGuard {
+  public:
+    /// `dtype`: the lower precision type when `enabled`; nullopt keeps the current one.
+    AutocastGuard(at::DeviceType device, bool enabled, std::optional<at::ScalarType> dtype);
+    ~AutocastGuard();
+    AutocastGuard(const AutocastGuard&) = delete;
+    AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+  private:
+    at::DeviceType device_;
+    bool was_enabled_;
+    at::ScalarType was_dtype_;
+};
+
+}  // namespace lav::harness

@@ -1,0 +1,366 @@
+// src/trace/tracer.cpp — TraceScope's RecordFunction callbacks and producer map; no analysis.
+#include "trace/tracer.h"
+
+#include <ATen/autocast_mode.h>
+#include <ATen/record_function.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace lav::trace {
+namespace {
+
+// the trace recorded on this thread; null while no scope is open here
+thread_local Trace* tls_trace = nullptr;
+
+// dead tensors are dropped from the producer map when it holds this many entries, or twice
+// the live ones left by the last pruning if more: O(1) a tensor, and few dead TensorImpls
+// pinned between the traced code's buffers
+constexpr size_t kFirstPrune = 256;
+
+// ops reserved for at first; a trace grows past it as it must
+constexpr size_t kReserveOps = 16384;
+
+// slots of the op-name cache (a power of two)
+constexpr size_t kNameCache = 256;
+
+// Fibonacci hashing of a pointer; the low 4 bits of heap addresses carry nothing
+size_t slot_hash(const void* p) {
+    return static_cast<size_t>((reinterpret_cast<uintptr_t>(p) >> 4) * 0x9E3779B97F4A7C15ull >> 32);
+}
+
+// calls f on every defined tensor in `values`, flattening lists (TensorList, List<Tensor?>)
+template <typename Values, typename F>
+void for_each_tensor(const Values& values, F&& f) {
+    for (const c10::IValue& v : values) {
+        if (v.isTensor()) {
+            const at::Tensor& t = v.toTensor();
+            if (t.defined()) f(t);
+        } else if (v.isList()) {
+            for (const c10::IValue& e : v.toListRef())
+                if (e.isTensor() && e.toTensor().defined()) f(e.toTensor());
+        }
+    }
+}
+
+const void* storage_of(const at::Tensor& t) {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    // unsafe_storage() never throws, unlike storage() on tensors that forbid storage access
+    return impl->has_storage() ? impl->unsafe_storage().unsafeGetStorageImpl() : nullptr;
+}
+
+}  // namespace
+
+const char* role_name(Role role) {
+    switch (role) {
+        case Role::input:
+            return "input";
+        case Role::parameter:
+            return "parameter";
+        case Role::state:
+            return "state";
+        case Role::unspecified:
+            break;
+    }
+    return "";
+}
+
+std::string describe(const TensorInfo& info) {
+    std::string out = scalar_type_name(info.dtype);
+    out += '[';
+    for (size_t i = 0; i < info.shape.size(); ++i) {
+        if (i > 0) out += ',';
+        out += std::to_string(info.shape[i]);
+    }
+    out += ']';
+    if (!info.device.is_cpu()) out += ' ' + info.device.str();
+    return out;
+}
+
+// ---- Trace ----
+
+Trace::Trace() : name_cache_(kNameCache), prune_at_(kFirstPrune) {
+    // reserved in large blocks, apart from the small blocks of the traced code's heap
+    raw_ops_.reserve(kReserveOps);
+    tensors_.reserve(3 * kReserveOps);
+    dims_.reserve(12 * kReserveOps);
+    known_.reserve(kFirstPrune);
+    index_known();
+}
+Trace::~Trace() = default;
+Trace::Trace(Trace&&) noexcept = default;
+Trace& Trace::operator=(Trace&&) noexcept = default;
+
+const std::vector<OpRecord>& Trace::ops() const {
+    // an op still open (only while inside an op's callbacks) has no outputs yet
+    const size_t complete = open_count_ > 0 ? static_cast<size_t>(open_[0].seq) : raw_ops_.size();
+    while (ops_.size() < complete) ops_.push_back(materialize(static_cast<int64_t>(ops_.size())));
+    return ops_;
+}
+
+OpRecord Trace::op(int64_t seq) const {
+    LAV_ASSERT(seq >= 0 && seq < static_cast<int64_t>(raw_ops_.size()), "trace: no op #", seq);
+    return materialize(seq);
+}
+
+TensorInfo Trace::materialize(const RawTensor& raw) const {
+    TensorInfo info;
+    if (raw.label >= 0) {
+        info.label = labels_[raw.label].name;
+        info.role = labels_[raw.label].role;
+    }
+    info.dtype = raw.dtype;
+    info.shape.assign(dims_.begin() + raw.dims_begin,
+                      dims_.begin() + raw.dims_begin + raw.dims_count);
+    info.device = raw.device;
+    info.producer = raw.producer;
+    info.producer_output = raw.producer_output;
+    info.inplace_of = raw.inplace_of;
+    info.view_of = raw.view_of;
+    return info;
+}
+
+OpRecord Trace::materialize(int64_t seq) const {
+    const RawOp& raw = raw_ops_[seq];
+    OpRecord rec;
+    rec.seq = seq;
+    rec.op = names_[raw.name];
+    rec.depth = raw.depth;
+    rec.autocast = raw.autocast;
+    rec.inputs.reserve(raw.inputs_count);
+    for (uint32_t i = 0; i < raw.inputs_count; ++i)
+        rec.inputs.push_back(materialize(tensors_[raw.inputs_begin + i]));
+    rec.outputs.reserve(raw.outputs_count);
+    for (uint32_t i = 0; i < raw.outputs_count; ++i)
+        rec.outputs.push_back(materialize(tensors_[raw.outputs_begin + i]));
+    return rec;
+}
+
+void Trace::label(const at::Tensor& tensor, std::string name, Role role) {
+    LAV_CHECK(tensor.defined(), "trace: cannot label an undefined tensor as '", name, "'");
+    Known& known = remember(tensor);
+    known.label = static_cast<int32_t>(labels_.size());
+    if (known.producer >= 0) {
+        const RawOp& producer = raw_ops_[known.producer];
+        if (known.producer_output < static_cast<int32_t>(producer.outputs_count))
+            tensors_[producer.outputs_begin + known.producer_output].label = known.label;
+        if (known.producer < static_cast<int64_t>(ops_.size())) {
+            TensorInfo& out = ops_[known.producer].outputs[known.producer_output];
+            out.label = name;
+            out.role = role;
+        }
+    }
+    labels_.push_back({std::move(name), role});
+}
+
+int64_t Trace::producer_of(const at::Tensor& tensor) const {
+    const Known* known = tensor.defined() ? find(tensor.unsafeGetTensorImpl()) : nullptr;
+    return known == nullptr ? -1 : known->producer;
+}
+
+int Trace::producer_output_of(const at::Tensor& tensor) const {
+    const Known* known = tensor.defined() ? find(tensor.unsafeGetTensorImpl()) : nullptr;
+    return known == nullptr || known->producer < 0 ? 0 : known->producer_output;
+}
+
+std::string Trace::label_of(const at::Tensor& tensor) const {
+    const Known* known = tensor.defined() ? find(tensor.unsafeGetTensorImpl()) : nullptr;
+    return known == nullptr || known->label < 0 ? "" : labels_[known->label].name;
+}
+
+Role Trace::role_of(const at::Tensor& tensor) const {
+    const Known* known = tensor.defined() ? find(tensor.unsafeGetTensorImpl()) : nullptr;
+    return known == nullptr || known->label < 0 ? Role::unspecified : labels_[known->label].role;
+}
+
+const Trace::Known* Trace::find(const c10::TensorImpl* impl) const {
+    // a moved-from trace has no index
+    if (slots_.empty()) return nullptr;
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = slot_hash(impl) & mask;; i = (i + 1) & mask) {
+        if (slots_[i].key == impl) return &known_[slots_[i].index];
+        if (slots_[i].key == nullptr) return nullptr;
+    }
+}
+
+Trace::Known& Trace::remember(const at::Tensor& t) {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    if (const Known* known = find(impl)) return const_cast<Known&>(*known);
+    if (known_.size() >= prune_at_ || slots_.empty()) prune();
+    const size_t mask = slots_.size() - 1;
+    size_t i = slot_hash(impl) & mask;
+    while (slots_[i].key != nullptr) i = (i + 1) & mask;
+    slots_[i] = {impl, static_cast<uint32_t>(known_.size())};
+    return known_.emplace_back(impl, t.getIntrusivePtr());
+}
+
+void Trace::prune() {
+    known_.erase(std::remove_if(known_.begin(), known_.end(),
+                                [](const Known& k) { return k.ref.expired(); }),
+                 known_.end());
+    prune_at_ = std::max(kFirstPrune, 2 * known_.size());
+    index_known();
+}
+
+void Trace::index_known() {
+    // at most prune_at_ entries until the next pruning: keep the index at most half full
+    size_t size = 1;
+    while (size < 2 * prune_at_) size *= 2;
+    slots_.assign(size, Slot{});
+    const size_t mask = size - 1;
+    for (size_t n = 0; n < known_.size(); ++n) {
+        size_t i = slot_hash(known_[n].key) & mask;
+        while (slots_[i].key != nullptr) i = (i + 1) & mask;
+        slots_[i] = {known_[n].key, static_cast<uint32_t>(n)};
+    }
+}
+
+uint32_t Trace::intern_name(const char* name) {
+    // op names are mostly schema names that live as long as the op registry, so the pointer
+    // is a good key; the content check covers names that do not
+    NameSlot& cached = name_cache_[slot_hash(name) & (kNameCache - 1)];
+    if (cached.name == name && std::strcmp(names_[cached.id].c_str(), name) == 0) return cached.id;
+    const auto id =
+        static_cast<uint32_t>(std::find(names_.begin(), names_.end(), name) - names_.begin());
+    if (id == names_.size()) names_.emplace_back(name);
+    cached = {name, id};
+    return id;
+}
+
+void Trace::record_tensor(RawTensor& raw, const at::Tensor& t) {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    raw.dtype = t.scalar_type();
+    raw.device = t.device();
+    raw.dims_begin = static_cast<uint32_t>(dims_.size());
+    // nested and symbolic-shape tensors throw on sizes(); they keep an empty shape
+    if (!impl->is_nested() && !impl->has_symbolic_sizes_strides()) {
+        const auto sizes = impl->sizes();
+        dims_.insert(dims_.end(), sizes.begin(), sizes.end());
+        raw.dims_count = static_cast<uint8_t>(sizes.size());
+    }
+}
+
+void Trace::on_start(const at::RecordFunction& fn) {
+    const int64_t seq = static_cast<int64_t>(raw_ops_.size());
+    if (open_count_ == open_.size()) open_.emplace_back();
+    Open& open = open_[open_count_];
+    open.seq = seq;
+    open.impls.clear();
+    open.storages.clear();
+
+    RawOp& op = raw_ops_.emplace_back();
+    op.name = intern_name(fn.name());
+    op.depth = static_cast<int32_t>(open_count_);
+    op.inputs_begin = static_cast<uint32_t>(tensors_.size());
+    ++open_count_;
+    for_each_tensor(fn.inputs(), [&](const at::Tensor& t) {
+        RawTensor& raw = tensors_.emplace_back();
+        record_tensor(raw, t);
+        // the weak references in known_ keep a freed tensor's address from being reused, so
+        // an entry found here is this very tensor
+        if (const Known* known = find(t.unsafeGetTensorImpl())) {
+            raw.producer = known->producer;
+            raw.producer_output = known->producer_output;
+            raw.label = known->label;
+        }
+        open.impls.push_back(t.unsafeGetTensorImpl());
+        open.storages.push_back(storage_of(t));
+    });
+    op.inputs_count = static_cast<uint32_t>(tensors_.size()) - op.inputs_begin;
+    if (op.inputs_count > 0)
+        op.autocast = at::autocast::is_autocast_enabled(tensors_[op.inputs_begin].device.type());
+}
+
+void Trace::on_end(const at::RecordFunction& fn) {
+    // an op that started before the scope opened has no open entry here
+    if (open_count_ == 0) return;
+    --open_count_;
+    const Open& open = open_[open_count_];
+    RawOp& op = raw_ops_[open.seq];
+    op.outputs_begin = static_cast<uint32_t>(tensors_.size());
+    int32_t slot = 0;
+    for_each_tensor(fn.outputs(), [&](const at::Tensor& t) {
+        RawTensor& raw = tensors_.emplace_back();
+        record_tensor(raw, t);
+        const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+        for (size_t i = 0; i < open.impls.size(); ++i) {
+            if (open.impls[i] == impl) {
+                raw.inplace_of = static_cast<int32_t>(i);
+                break;
+            }
+        }
+        const void* storage = storage_of(t);
+        if (raw.inplace_of < 0 && storage != nullptr) {
+            for (size_t i = 0; i < open.storages.size(); ++i) {
+                if (open.storages[i] == storage) {
+                    raw.view_of = static_cast<int32_t>(i);
+                    break;
+                }
+            }
+        }
+        // the latest op to return a tensor is its producer; an in-place op keeps its label
+        Known& known = remember(t);
+        known.producer = open.seq;
+        known.producer_output = slot;
+        raw.producer = open.seq;
+        raw.producer_output = slot;
+        raw.label = known.label;
+        ++slot;
+    });
+    op.outputs_count = static_cast<uint32_t>(slot);
+    // factory ops have no tensor input: their device is the output's
+    if (op.inputs_count == 0 && op.outputs_count > 0)
+        op.autocast = at::autocast::is_autocast_enabled(tensors_[op.outputs_begin].device.type());
+}
+
+// ---- TraceScope ----
+
+TraceScope::TraceScope() : trace_(std::make_unique<Trace>()) {
+    LAV_ASSERT(tls_trace == nullptr,
+               "trace::TraceScope opened while another is open on this thread; trace scopes do "
+               "not nest");
+    tls_trace = trace_.get();
+    handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(&start_callback, &end_callback)
+                                             .needsInputs(true)
+                                             .needsOutputs(true)
+                                             .scopes({at::RecordScope::FUNCTION}));
+}
+
+TraceScope::~TraceScope() { close(); }
+
+Trace& TraceScope::trace() {
+    LAV_ASSERT(trace_ != nullptr, "trace::TraceScope::trace() called after stop()");
+    return *trace_;
+}
+
+Trace TraceScope::stop() {
+    LAV_ASSERT(trace_ != nullptr, "trace::TraceScope::stop() called twice");
+    close();
+    Trace out = std::move(*trace_);
+    trace_.reset();
+    return out;
+}
+
+bool TraceScope::active() { return tls_trace != nullptr; }
+
+void TraceScope::close() {
+    if (handle_ == 0) return;
+    at::removeCallback(handle_);
+    handle_ = 0;
+    tls_trace = nullptr;
+}
+
+std::unique_ptr<at::ObserverContext> TraceScope::start_callback(const at::RecordFunction& fn) {
+    if (Trace* trace = tls_trace) trace->on_start(fn);
+    return nullptr;
+}
+
+void TraceScope::end_callback(const at::RecordFunction& fn, at::ObserverContext*) {
+    if (Trace* trace = tls_trace) trace->on_end(fn);
+}
+
+}  // namespace lav::trace

@@ -1,0 +1,222 @@
+// src/trace/tracer.h — the dtype tracer: each aten op's tensors and their producers; no analysis.
+//
+// A TraceScope installs a thread-local at::RecordFunction callback for its lifetime: inputs are
+// read in the start callback and outputs in the end callback (LibTorch 2.x asserts when inputs
+// are read at the end). Each aten op becomes an OpRecord; each input names the op that produced
+// it (by tensor identity), so a dtype can be followed back to where it changed. Tracing is off
+// unless a scope is open, and costs nothing then: no callback is installed.
+//
+//   trace::TraceScope scope;
+//   scope.trace().label(k_a, "k_a", trace::Role::parameter);  // names show up in findings
+//   at::Tensor k2 = at::addcmul(k, k * (a - 1), k_a);
+//   scope.trace().label(k2, "k");
+//   trace::Trace t = scope.stop();                              // tracing ends here
+//   for (const auto& op : t.ops()) ...
+//
+// Identity: a tensor is its TensorImpl. The producer map holds a weak reference to every
+// TensorImpl it knows, so a freed tensor's address cannot be reused by a new tensor while the
+// map still names it. An op that returns one of its inputs (add_, copy_, an out= variant)
+// becomes that tensor's producer; a view (transpose, narrow, select) is a new TensorImpl whose
+// producer is the view op. A write through a view (x.narrow(0, a, n).copy_(y)) makes the writer
+// the producer of the view only: x keeps its own producer. Ops run on other threads (at::launch
+// tasks) are not recorded.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace at {
+struct RecordFunction;
+struct ObserverContext;
+}  // namespace at
+
+namespace lav::trace {
+
+/// What a labelled tensor is to the case; shown next to its name in findings.
+enum class Role { unspecified, input, parameter, state };
+
+/// "input", "parameter", "state"; "" for unspecified.
+const char* role_name(Role role);
+
+/// One tensor as an op saw it.
+struct TensorInfo {
+    std::string label;  ///< name given with Trace::label before this use, "" if none
+    Role role = Role::unspecified;
+    c10::ScalarType dtype = c10::ScalarType::Undefined;
+    std::vector<int64_t> shape;
+    c10::Device device{c10::kCPU};
+    int64_t producer = -1;    ///< seq of the op that produced it; -1: created outside the trace
+    int producer_output = 0;  ///< which output of the producer it was
+    int inplace_of = -1;      ///< outputs only: the input index it is (same TensorImpl)
+    int view_of = -1;         ///< outputs only: the input index whose storage it views
+};
+
+/// One aten op.
+struct OpRecord {
+    int64_t seq = 0;                 ///< 0, 1, 2, ... in call order (top-level and nested ops)
+    std::string op;                  ///< "aten::addcmul"
+    int depth = 0;                   ///< 0 for ops called directly, > 0 for ops inside another op
+    bool autocast = false;           ///< autocast was on for the op's device when it started
+    std::vector<TensorInfo> inputs;  ///< tensor inputs only (scalars are left out); lists flattened
+    std::vector<TensorInfo> outputs;
+};
+
+/// The ops recorded by one TraceScope, and what is known of the tensors they touched.
+///
+/// While recording, ops are kept in flat arrays (no allocation per op, which would scatter
+/// long-lived small blocks between the tensors' buffers and slow the traced code through
+/// page faults); ops() builds the OpRecords from them on first use. Not thread-safe.
+class Trace {
+  public:
+    Trace();
+    ~Trace();
+    Trace(Trace&&) noexcept;
+    Trace& operator=(Trace&&) noexcept;
+    Trace(const Trace&) = delete;
+    Trace& operator=(const Trace&) = delete;
+
+    /// Every op in call order; ops()[i].seq == i.
+    const std::vector<OpRecord>& ops() const;
+
+    /// The number of ops recorded so far (cheaper than ops().size() while recording).
+    size_t size() const { return raw_ops_.size(); }
+
+    /// Op `seq` alone (cheaper than ops()[seq] while recording).
+    OpRecord op(int64_t seq) const;
+
+    /// Names `tensor`: later uses carry the name in TensorInfo::label, and the output record of
+    /// the op that produced it (if any) gets it too. A later label replaces an earlier one.
+    void label(const at::Tensor& tensor, std::string name, Role role = Role::unspecified);
+
+    /// The seq of the op that last produced or modified `tensor`; -1 if none in this trace.
+    int64_t producer_of(const at::Tensor& tensor) const;
+
+    /// The output slot of producer_of(tensor) that `tensor` is; 0 when it has no producer.
+    int producer_output_of(const at::Tensor& tensor) const;
+
+    /// The label of `tensor`, "" if it has none.
+    std::string label_of(const at::Tensor& tensor) const;
+
+    /// The role given with the label of `tensor`.
+    Role role_of(const at::Tensor& tensor) const;
+
+  private:
+    friend class TraceScope;
+
+    // one tensor use, as recorded
+    struct RawTensor {
+        int64_t producer = -1;
+        uint32_t dims_begin = 0;  // into dims_
+        int32_t label = -1;       // into labels_
+        int32_t producer_output = 0;
+        int32_t inplace_of = -1;
+        int32_t view_of = -1;
+        uint8_t dims_count = 0;
+        c10::ScalarType dtype = c10::ScalarType::Undefined;
+        c10::Device device{c10::kCPU};
+    };
+    // one op, as recorded; its inputs and outputs are ranges of tensors_
+    struct RawOp {
+        uint32_t name = 0;  // into names_
+        uint32_t inputs_begin = 0, inputs_count = 0;
+        uint32_t outputs_begin = 0, outputs_count = 0;
+        int32_t depth = 0;
+        bool autocast = false;
+    };
+    struct Label {
+        std::string name;
+        Role role;
+    };
+    struct Known {
+        Known(const c10::TensorImpl* key, const c10::intrusive_ptr<c10::TensorImpl>& tensor)
+            : key(key), ref(tensor) {}
+        const c10::TensorImpl* key;
+        c10::weak_intrusive_ptr<c10::TensorImpl> ref;  // pins the address against reuse
+        int64_t producer = -1;
+        int32_t producer_output = 0;
+        int32_t label = -1;
+    };
+    // a slot of the open-addressing index of known_; key null: empty
+    struct Slot {
+        const c10::TensorImpl* key = nullptr;
+        uint32_t index = 0;
+    };
+    // a direct-mapped cache from op-name pointers to names_
+    struct NameSlot {
+        const char* name = nullptr;
+        uint32_t id = 0;
+    };
+    struct Open {
+        int64_t seq;
+        std::vector<const c10::TensorImpl*> impls;  // the op's tensor inputs, in order
+        std::vector<const void*> storages;          // their storages; null when none
+    };
+
+    void on_start(const at::RecordFunction& fn);
+    void on_end(const at::RecordFunction& fn);
+    void record_tensor(RawTensor& raw, const at::Tensor& t);
+    uint32_t intern_name(const char* name);
+    const Known* find(const c10::TensorImpl* impl) const;
+    Known& remember(const at::Tensor& t);
+    void prune();
+    void index_known();
+    TensorInfo materialize(const RawTensor& raw) const;
+    OpRecord materialize(int64_t seq) const;
+
+    std::vector<RawOp> raw_ops_;
+    std::vector<RawTensor> tensors_;
+    std::vector<int64_t> dims_;
+    std::vector<std::string> names_;
+    std::vector<NameSlot> name_cache_;
+    std::vector<Label> labels_;
+    // ops started and not yet ended are open_[0, open_count_), innermost last; the entries
+    // past the count keep their capacity for the next ops
+    std::vector<Open> open_;
+    size_t open_count_ = 0;
+    // the producer map: tensors seen as outputs or labelled, found through slots_ (linear
+    // probing, at most half full); dead ones are dropped when known_ reaches prune_at_
+    std::vector<Known> known_;
+    std::vector<Slot> slots_;
+    size_t prune_at_;
+    // ops() builds records from raw_ops_ as far as they are complete
+    mutable std::vector<OpRecord> ops_;
+};
+
+/// Opens tracing on this thread for its lifetime (or until stop()). Scopes do not nest:
+/// opening a second one on the same thread throws InternalError.
+class TraceScope {
+  public:
+    TraceScope();
+    ~TraceScope();
+    TraceScope(const TraceScope&) = delete;
+    TraceScope& operator=(const TraceScope&) = delete;
+
+    /// The trace being recorded.
+    Trace& trace();
+
+    /// Ends tracing and hands over the trace; trace() must not be called afterwards.
+    Trace stop();
+
+    /// Whether a scope is open on this thread.
+    static bool active();
+
+  private:
+    static std::unique_ptr<at::ObserverContext> start_callback(const at::RecordFunction& fn);
+    static void end_callback(const at::RecordFunction& fn, at::ObserverContext* ctx);
+    void close();
+
+    std::unique_ptr<Trace> trace_;
+    uint64_t handle_ = 0;
+};
+
+/// "bf16[2,64,4,16]", with " cuda:0" appended for tensors not on the CPU.
+std::string describe(const TensorInfo& info);
+
+}  // namespace lav::trace
