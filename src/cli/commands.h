@@ -8,6 +8,7 @@
 
 #include "harness/registry.h"
 #include "scenario/case.h"
+#include "scenario/scenario.h"
 
 namespace lav::cli {
 
@@ -37,6 +38,7 @@ std::string format_bytes(uint64_t bytes);
 /// Loads every scenario file under `paths`; all files are checked before anything runs, and
 /// their diagnostics are reported together. Scenario names must be unique across the run.
 std::vector<scenario::Case> load_cases(const std::vector<std::string>& paths,
-                                       const harness::Registry& registry, uint64_t max_memory);
+                                       const harness::Registry& registry,
+                                       const scenario::LoadOptions& options);
 
 }  // namespace lav::cli

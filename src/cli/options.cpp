@@ -55,7 +55,8 @@ std::string format_bytes(uint64_t bytes) {
 }
 
 std::vector<scenario::Case> load_cases(const std::vector<std::string>& paths,
-                                       const harness::Registry& registry, uint64_t max_memory) {
+                                       const harness::Registry& registry,
+                                       const scenario::LoadOptions& options) {
     const scenario::Catalog catalog = registry.catalog();
     const std::vector<std::string> files = scenario::collect_files(paths);
     LAV_CHECK_AS(UsageError, !files.empty(), "no scenario files (*.toml) found in the given paths");
@@ -64,7 +65,7 @@ std::vector<scenario::Case> load_cases(const std::vector<std::string>& paths,
     std::string errors;
     for (const auto& file : files) {
         try {
-            for (auto& c : scenario::load_file(file, catalog, {max_memory})) {
+            for (auto& c : scenario::load_file(file, catalog, options)) {
                 const auto [it, fresh] = first_file_of.emplace(c.name, file);
                 if (!fresh && it->second != file) {
                     throw ScenarioError(file + ":1:1: error: scenario name '" + c.name +

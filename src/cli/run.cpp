@@ -125,7 +125,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         max_memory.empty() ? default_max_memory() : parse_memory_size(max_memory);
     std::vector<scenario::Case> cases;
     size_t skipped_long = 0;
-    for (auto& c : load_cases(paths, registry, limit)) {
+    for (auto& c : load_cases(paths, registry, {limit, vm["long"].as<bool>()})) {
         if (c.long_case && !vm["long"].as<bool>()) {
             ++skipped_long;
             continue;

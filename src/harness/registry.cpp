@@ -26,6 +26,13 @@ scenario::Catalog Registry::catalog() const {
     return out;
 }
 
-void register_all(Registry& registry) { registry.add(simple_gla_family()); }
+void register_all(Registry& registry) {
+    registry.add(simple_gla_family());
+    registry.add(gla_family());
+    registry.add(hgrn_family());
+    registry.add(delta_rule_family());
+    registry.add(gated_delta_rule_family());
+    registry.add(kda_family());
+}
 
 }  // namespace lav::harness

@@ -86,5 +86,15 @@ void register_all(Registry& registry);
 
 /// The simple_gla family (linear attention, retention, lightning attention, Mamba-2 SSD).
 Family simple_gla_family();
+/// GLA and HGRN2: per-key-dimension decay.
+Family gla_family();
+/// HGRN: the elementwise gated recurrence.
+Family hgrn_family();
+/// DeltaNet: the delta rule.
+Family delta_rule_family();
+/// Gated DeltaNet (Qwen3-Next), with grouped value heads.
+Family gated_delta_rule_family();
+/// Kimi Delta Attention: the gated delta rule with a per-key-dimension gate.
+Family kda_family();
 
 }  // namespace lav::harness

@@ -22,6 +22,7 @@ inline constexpr int kSchemaVersion = 1;
 
 struct LoadOptions {
     uint64_t max_memory_bytes = 0;  ///< a case estimated above this is an error; 0: no limit
+    bool include_long = false;      ///< long cases run too, so their memory is checked too
 };
 
 /// Parses, validates and expands one scenario file. Throws ScenarioError carrying every

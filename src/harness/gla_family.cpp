@@ -1,0 +1,146 @@
+// src/harness/gla_family.cpp — gla's tensors, reference and CPU backend behind Family.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/layout.h"
+#include "core/varlen.h"
+#include "harness/registry.h"
+#include "kernels/gla/gla.h"
+#include "reference/gla.h"
+
+namespace lav::harness {
+namespace {
+
+using scenario::Case;
+using scenario::Generator;
+
+double scale_of(const Case& c) {
+    return c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.K));
+}
+
+std::vector<TensorSpec> inputs(const Case& c) {
+    const int64_t N = num_sequences(c.B, c.cu_seqlens);
+    std::vector<TensorSpec> specs = {
+        {"q", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
+        {"k", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
+        {"v", {c.B, c.T, c.H, c.V}, c.input_dtype, true, Generator{}},
+        {"g", {c.B, c.T, c.H, c.K}, c.gate_dtype, true, Generator{"logsigmoid"}},
+    };
+    if (c.initial_state)
+        specs.push_back({"h0", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}});
+    return specs;
+}
+
+std::vector<TensorSpec> cotangents(const Case& c) {
+    const int64_t N = num_sequences(c.B, c.cu_seqlens);
+    return {
+        {"d_o", {c.B, c.T, c.H, c.V}, c.output_dtype, true, Generator{}},
+        {"dht", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}},
+    };
+}
+
+std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
+    using metrics::TensorKind;
+    if (!backward) return {{"o", TensorKind::output, 1}, {"ht", TensorKind::state, -1}};
+    std::vector<MeasuredSpec> out = {{"dq", TensorKind::gradient, 1},
+                                     {"dk", TensorKind::gradient, 1},
+                                     {"dv", TensorKind::gradient, 1},
+                                     {"dg", TensorKind::gate_grad, 1}};
+    if (c.initial_state) out.push_back({"dh0", TensorKind::gradient, -1});
+    return out;
+}
+
+std::vector<scenario::FamilyIssue> check(const Case& c) {
+    if (c.HV == 0 || c.HV == c.H) return {};
+    return {{"shape.HV",
+             "gla has one value head per query head: HV must equal H = " + std::to_string(c.H) +
+                 ", got " + std::to_string(c.HV),
+             "leave shape.HV out"}};
+}
+
+at::Tensor get_or_undefined(const TensorMap& m, const std::string& name) {
+    const auto it = m.find(name);
+    return it == m.end() ? at::Tensor() : it->second;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    ref::GlaInputs r;
+    r.q = in.at("q");
+    r.k = in.at("k");
+    r.v = in.at("v");
+    r.g = in.at("g");
+    r.h0 = get_or_undefined(in, "h0");
+    r.cu_seqlens = c.cu_seqlens;
+    r.scale = scale_of(c);
+    const ref::GlaOutputs fwd = ref::gla_fwd(r);
+    TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
+    if (backward) {
+        const ref::GlaGrads grads = ref::gla_bwd(r, cot.at("d_o"), cot.at("dht"));
+        out["dq"] = grads.dq;
+        out["dk"] = grads.dk;
+        out["dv"] = grads.dv;
+        out["dg"] = grads.dg;
+        if (grads.dh0.defined()) out["dh0"] = grads.dh0;
+    }
+    return out;
+}
+
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    kernels::GlaArgs a;
+    a.q = in.at("q");
+    a.k = in.at("k");
+    a.v = in.at("v");
+    a.g = in.at("g");
+    a.h0 = get_or_undefined(in, "h0");
+    if (!c.cu_seqlens.empty())
+        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
+    a.layout = c.layout;
+    a.scale = scale_of(c);
+    a.state_dtype = to_scalar_type(c.state_dtype);
+    a.output_dtype = to_scalar_type(c.output_dtype);
+    a.chunk_size = c.chunk_size;
+
+    const bool chunk = variant == "chunk";
+    LAV_ASSERT(chunk || variant == "recurrent", "unknown gla variant ", variant);
+    KernelResult result;
+    result.contract = kernels::gla_contract(variant, backward, a);
+    if (!backward) {
+        const kernels::GlaFwd f =
+            chunk ? kernels::gla_chunk_fwd_cpu(a) : kernels::gla_recurrent_fwd_cpu(a);
+        result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
+        return result;
+    }
+    const at::Tensor d_o = cot.at("d_o");
+    const at::Tensor dht = cot.at("dht");
+    const kernels::GlaGrads g = chunk ? kernels::gla_chunk_bwd_cpu(a, d_o, dht)
+                                      : kernels::gla_recurrent_bwd_cpu(a, d_o, dht);
+    result.results = {{"dq", to_head_last(g.dq, c.layout)},
+                      {"dk", to_head_last(g.dk, c.layout)},
+                      {"dv", to_head_last(g.dv, c.layout)},
+                      {"dg", to_head_last(g.dg, c.layout)}};
+    if (g.dh0.defined()) result.results["dh0"] = g.dh0;
+    return result;
+}
+
+}  // namespace
+
+Family gla_family() {
+    Family f;
+    f.info.name = "gla";
+    f.info.summary = "gated linear attention with a per-key-dimension decay: GLA, HGRN2";
+    f.info.variants = {"chunk", "recurrent"};
+    f.info.inputs = {"q", "k", "v", "g", "h0", "d_o", "dht"};
+    f.info.measured = {"o", "ht", "dq", "dk", "dv", "dg", "dh0"};
+    f.info.check = check;
+    f.inputs = inputs;
+    f.cotangents = cotangents;
+    f.measured = measured;
+    f.reference = reference;
+    f.run_cpu = run_cpu;
+    return f;
+}
+
+}  // namespace lav::harness

@@ -1,0 +1,137 @@
+// src/harness/hgrn_family.cpp — hgrn's tensors, reference and CPU backend behind Family.
+//
+// HGRN's width D is expressed as H heads of K channels, so a scenario's [shape] gives H and K,
+// and V (which hgrn has no use for) must equal K.
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "core/layout.h"
+#include "core/varlen.h"
+#include "harness/registry.h"
+#include "kernels/hgrn/hgrn.h"
+#include "reference/hgrn.h"
+
+namespace lav::harness {
+namespace {
+
+using scenario::Case;
+using scenario::Generator;
+
+std::vector<TensorSpec> inputs(const Case& c) {
+    const int64_t N = num_sequences(c.B, c.cu_seqlens);
+    std::vector<TensorSpec> specs = {
+        {"x", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
+        {"g", {c.B, c.T, c.H, c.K}, c.gate_dtype, true, Generator{"logsigmoid"}},
+    };
+    if (c.initial_state) specs.push_back({"h0", {N, c.H, c.K}, c.state_dtype, false, Generator{}});
+    return specs;
+}
+
+std::vector<TensorSpec> cotangents(const Case& c) {
+    const int64_t N = num_sequences(c.B, c.cu_seqlens);
+    return {
+        {"d_o", {c.B, c.T, c.H, c.K}, c.output_dtype, true, Generator{}},
+        {"dht", {N, c.H, c.K}, c.state_dtype, false, Generator{}},
+    };
+}
+
+std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
+    using metrics::TensorKind;
+    if (!backward) return {{"o", TensorKind::output, 1}, {"ht", TensorKind::state, -1}};
+    std::vector<MeasuredSpec> out = {{"dx", TensorKind::gradient, 1},
+                                     {"dg", TensorKind::gate_grad, 1}};
+    if (c.initial_state) out.push_back({"dh0", TensorKind::gradient, -1});
+    return out;
+}
+
+std::vector<scenario::FamilyIssue> check(const Case& c) {
+    std::vector<scenario::FamilyIssue> issues;
+    if (c.V != c.K)
+        issues.push_back({"shape.V",
+                          "hgrn has one state per channel, so V must equal K = " +
+                              std::to_string(c.K) + ", got " + std::to_string(c.V),
+                          "set V = K; HGRN's width D is H·K"});
+    if (c.HV != 0 && c.HV != c.H)
+        issues.push_back({"shape.HV",
+                          "hgrn has no grouped value heads: HV must equal H = " +
+                              std::to_string(c.H) + ", got " + std::to_string(c.HV),
+                          "leave shape.HV out"});
+    if (c.scale) issues.push_back({"scale", "hgrn has no scale: o_t = h_t", "leave 'scale' out"});
+    return issues;
+}
+
+at::Tensor get_or_undefined(const TensorMap& m, const std::string& name) {
+    const auto it = m.find(name);
+    return it == m.end() ? at::Tensor() : it->second;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    ref::HgrnInputs r;
+    r.x = in.at("x");
+    r.g = in.at("g");
+    r.h0 = get_or_undefined(in, "h0");
+    r.cu_seqlens = c.cu_seqlens;
+    const ref::HgrnOutputs fwd = ref::hgrn_fwd(r);
+    TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
+    if (backward) {
+        const ref::HgrnGrads grads = ref::hgrn_bwd(r, cot.at("d_o"), cot.at("dht"));
+        out["dx"] = grads.dx;
+        out["dg"] = grads.dg;
+        if (grads.dh0.defined()) out["dh0"] = grads.dh0;
+    }
+    return out;
+}
+
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    kernels::HgrnArgs a;
+    a.x = in.at("x");
+    a.g = in.at("g");
+    a.h0 = get_or_undefined(in, "h0");
+    if (!c.cu_seqlens.empty())
+        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
+    a.layout = c.layout;
+    a.state_dtype = to_scalar_type(c.state_dtype);
+    a.output_dtype = to_scalar_type(c.output_dtype);
+    a.chunk_size = c.chunk_size;
+
+    const bool chunk = variant == "chunk";
+    LAV_ASSERT(chunk || variant == "recurrent", "unknown hgrn variant ", variant);
+    KernelResult result;
+    result.contract = kernels::hgrn_contract(variant, backward, a);
+    if (!backward) {
+        const kernels::HgrnFwd f =
+            chunk ? kernels::hgrn_chunk_fwd_cpu(a) : kernels::hgrn_recurrent_fwd_cpu(a);
+        result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
+        return result;
+    }
+    const at::Tensor d_o = cot.at("d_o");
+    const at::Tensor dht = cot.at("dht");
+    const kernels::HgrnGrads g = chunk ? kernels::hgrn_chunk_bwd_cpu(a, d_o, dht)
+                                       : kernels::hgrn_recurrent_bwd_cpu(a, d_o, dht);
+    result.results = {{"dx", to_head_last(g.dx, c.layout)}, {"dg", to_head_last(g.dg, c.layout)}};
+    if (g.dh0.defined()) result.results["dh0"] = g.dh0;
+    return result;
+}
+
+}  // namespace
+
+Family hgrn_family() {
+    Family f;
+    f.info.name = "hgrn";
+    f.info.summary = "HGRN's elementwise gated recurrence h = exp(g)*h + x, width D = H*K (V = K)";
+    f.info.variants = {"chunk", "recurrent"};
+    f.info.inputs = {"x", "g", "h0", "d_o", "dht"};
+    f.info.measured = {"o", "ht", "dx", "dg", "dh0"};
+    f.info.check = check;
+    f.inputs = inputs;
+    f.cotangents = cotangents;
+    f.measured = measured;
+    f.reference = reference;
+    f.run_cpu = run_cpu;
+    return f;
+}
+
+}  // namespace lav::harness

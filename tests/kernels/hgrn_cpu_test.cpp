@@ -1,0 +1,441 @@
+// tests/kernels/hgrn_cpu_test.cpp — hgrn's CPU backend against the fp64 reference, and its
+// invariances: layouts, varlen, chunk sizes, contract dtypes, poisoning. Not a bench.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/hgrn/hgrn.h"
+#include "reference/hgrn.h"
+
+namespace lav::kernels {
+namespace {
+
+/// One test problem; tensors are drawn in fp64 and quantised to these dtypes. D = H·K.
+struct Case {
+    int64_t B = 2, T = 1024, H = 4, K = 128;
+    c10::ScalarType in = at::kBFloat16;
+    c10::ScalarType state = at::kFloat;
+    c10::ScalarType gate_dtype = at::kFloat;
+    c10::ScalarType out = c10::ScalarType::Undefined;
+    // 0: FLA's coupled gates, g = logsigmoid(r) and x = (1 − sigmoid(r))·x; otherwise
+    // independent g = logsigmoid(randn) / normalizer
+    double gate_normalizer = 0.0;
+    bool h0 = true;
+    bool dht = true;
+    std::vector<int64_t> cu;  // empty: dense
+    int64_t chunk = 64;
+    uint64_t seed = 42;
+};
+
+/// Kernel arguments (head_last) and the cotangents of o and ht.
+struct Data {
+    HgrnArgs args;
+    at::Tensor d_o;  // [B, T, H, K] in o's dtype
+    at::Tensor dht;  // [N, H, K] in the state dtype; undefined: zeros
+};
+
+/// Every result of a forward and a backward, kernel or reference.
+struct Results {
+    at::Tensor o, ht, dx, dg, dh0;
+};
+
+const std::vector<std::string> kNames = {"o", "ht", "dx", "dg", "dh0"};
+
+const at::Tensor& get(const Results& r, const std::string& name) {
+    static const std::map<std::string, at::Tensor Results::*> members = {{"o", &Results::o},
+                                                                         {"ht", &Results::ht},
+                                                                         {"dx", &Results::dx},
+                                                                         {"dg", &Results::dg},
+                                                                         {"dh0", &Results::dh0}};
+    return r.*members.at(name);
+}
+
+Data make_data(const Case& s) {
+    at::Generator gen = at::detail::createCPUGenerator(s.seed);
+    const auto randn = [&](at::IntArrayRef sizes) { return at::randn(sizes, gen, at::kDouble); };
+    const int64_t N = s.cu.empty() ? s.B : static_cast<int64_t>(s.cu.size()) - 1;
+    Data d;
+    HgrnArgs& a = d.args;
+    at::Tensor x = randn({s.B, s.T, s.H, s.K});             // [B, T, H, K]
+    const at::Tensor logits = randn({s.B, s.T, s.H, s.K});  // [B, T, H, K]
+    at::Tensor g = at::log_sigmoid(logits);                 // [B, T, H, K]
+    if (s.gate_normalizer == 0.0)
+        x = x * (1.0 - at::sigmoid(logits));
+    else
+        g = g / s.gate_normalizer;
+    a.x = x.to(s.in);
+    a.g = g.to(s.gate_dtype);
+    if (s.h0) a.h0 = randn({N, s.H, s.K}).to(s.state);  // [N, H, K]
+    if (!s.cu.empty()) a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(s.cu), at::kLong);
+    a.state_dtype = s.state;
+    a.output_dtype = s.out;
+    a.chunk_size = s.chunk;
+    const c10::ScalarType out = s.out == c10::ScalarType::Undefined ? s.in : s.out;
+    d.d_o = randn({s.B, s.T, s.H, s.K}).to(out);          // [B, T, H, K]
+    if (s.dht) d.dht = randn({N, s.H, s.K}).to(s.state);  // [N, H, K]
+    return d;
+}
+
+at::Tensor to_f64(const at::Tensor& x) { return x.defined() ? x.to(at::kDouble) : at::Tensor(); }
+
+/// The fp64 reference on exactly the kernel's (quantised) inputs, widened.
+Results gold(const Data& d) {
+    ref::HgrnInputs r;
+    r.x = to_f64(d.args.x);
+    r.g = to_f64(d.args.g);
+    r.h0 = to_f64(d.args.h0);
+    if (d.args.cu_seqlens.defined()) {
+        const at::Tensor cu = d.args.cu_seqlens;
+        r.cu_seqlens.assign(cu.data_ptr<int64_t>(), cu.data_ptr<int64_t>() + cu.numel());
+    }
+    const ref::HgrnOutputs f = ref::hgrn_fwd(r);
+    const ref::HgrnGrads g = ref::hgrn_bwd(r, to_f64(d.d_o), to_f64(d.dht));
+    return {f.o, f.ht, g.dx, g.dg, g.dh0};
+}
+
+/// Forward and backward of one variant; results in the layout they came back in.
+Results run(const std::string& variant, const HgrnArgs& a, const at::Tensor& d_o,
+            const at::Tensor& dht) {
+    const bool chunk = variant == "chunk";
+    const HgrnFwd f = chunk ? hgrn_chunk_fwd_cpu(a) : hgrn_recurrent_fwd_cpu(a);
+    const HgrnGrads g =
+        chunk ? hgrn_chunk_bwd_cpu(a, d_o, dht) : hgrn_recurrent_bwd_cpu(a, d_o, dht);
+    return {f.o, f.ht, g.dx, g.dg, g.dh0};
+}
+
+/// ‖x − ref‖₂ / ‖ref‖₂, on fp64 copies.
+double rel_rmse(const at::Tensor& x, const at::Tensor& ref) {
+    const at::Tensor r = ref.to(at::kDouble);
+    return (x.to(at::kDouble) - r).norm().item<double>() / r.norm().item<double>();
+}
+
+bool all_finite(const at::Tensor& x) { return at::isfinite(x).all().item<bool>(); }
+
+std::string dtype_str(c10::ScalarType t) { return scalar_type_name(t); }
+
+// ---- against the fp64 reference ----
+
+/// rel_rmse bounds per tensor group.
+struct Bounds {
+    double o, ht, dx, dh0, dg;
+};
+
+// Bounds on rel_rmse at B=2 T=1024 D=512 (H=4 K=128), FLA's coupled gates, h0 present.
+// Measured on x86-64 (LibTorch CPU, 2 threads), worst of the two variants:
+//   in    state  o        ht       dx       dg       dh0
+//   bf16  fp32   1.7e-3   4.0e-8   1.7e-3   9.5e-8   4.9e-8
+//   fp16  fp32   2.1e-4   3.6e-8   2.1e-4   9.5e-8   5.5e-8
+//   fp32  fp32   4.1e-8   4.1e-8   7.3e-8   9.5e-8   5.1e-8
+//   bf16  bf16   1.7e-3   1.7e-3   1.7e-3   2.7e-4   1.7e-3
+//   fp16  bf16   2.4e-4   1.7e-3   2.5e-4   2.7e-4   1.6e-3
+//   fp32  bf16   1.3e-4   1.7e-3   1.3e-4   2.7e-4   1.6e-3
+// Both variants keep every intermediate in fp32, so the error of each tensor is its final
+// rounding alone (1.66e-3 for bf16); with a bf16 state the chunk variant adds the rounded
+// chunk states to o, dx and dg.
+// bf16 inputs, fp32 state: FLA's own acceptance (fla-ops §2, §4.12 uses 5e-3 for every
+// tensor) — o and final state 5e-3, dx/dh0 8e-3, gate grads 2e-2 — met with 3x to spare.
+constexpr Bounds kBf16Bounds = {5e-3, 5e-3, 8e-3, 8e-3, 2e-2};
+// fp16 inputs, fp32 state: the same table scaled by fp16's 8x smaller epsilon (2^-10 vs 2^-7);
+// measured errors sit 3x below it.
+constexpr Bounds kFp16Bounds = {5e-3 / 8, 5e-3 / 8, 8e-3 / 8, 8e-3 / 8, 2e-2 / 8};
+// fp32 inputs and state: every rounding is fp32's; 1e-5 flags any lost term or stray
+// half-precision rounding, 100x over the measurements.
+constexpr Bounds kFp32Bounds = {1e-5, 1e-5, 1e-5, 1e-5, 1e-5};
+// bf16 state: ht and dh0 are bf16 themselves (about 1.65e-3 from that rounding alone) and the
+// chunk states feed o and the gradients, so every input dtype gets the bf16 table.
+constexpr Bounds kBf16StateBounds = kBf16Bounds;
+
+Bounds bounds_for(c10::ScalarType in, c10::ScalarType state) {
+    if (state != at::kFloat) return kBf16StateBounds;
+    if (in == at::kHalf) return kFp16Bounds;
+    return in == at::kFloat ? kFp32Bounds : kBf16Bounds;
+}
+
+double bound_of(const Bounds& b, const std::string& name) {
+    if (name == "o") return b.o;
+    if (name == "ht") return b.ht;
+    if (name == "dh0") return b.dh0;
+    if (name == "dg") return b.dg;
+    return b.dx;
+}
+
+using RefParam = std::tuple<std::string, c10::ScalarType, c10::ScalarType>;
+
+class HgrnCpuVsReference : public testing::TestWithParam<RefParam> {
+  protected:
+    // one reference per (input, state) dtype pair, shared by both variants
+    static const std::pair<Data, Results>& case_for(c10::ScalarType in, c10::ScalarType state) {
+        static std::map<std::pair<c10::ScalarType, c10::ScalarType>, std::pair<Data, Results>>
+            cache;
+        const auto key = std::make_pair(in, state);
+        auto it = cache.find(key);
+        if (it == cache.end()) {
+            Case s;
+            s.in = in;
+            s.state = state;
+            Data d = make_data(s);
+            Results g = gold(d);
+            it = cache.emplace(key, std::make_pair(std::move(d), std::move(g))).first;
+        }
+        return it->second;
+    }
+};
+
+TEST_P(HgrnCpuVsReference, WithinBounds) {
+    const auto& [variant, in, state] = GetParam();
+    const auto& [data, ref] = case_for(in, state);
+    const auto start = std::chrono::steady_clock::now();
+    const Results got = run(variant, data.args, data.d_o, data.dht);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const Bounds bounds = bounds_for(in, state);
+    std::string line = variant + " in " + dtype_str(in) + " state " + dtype_str(state) + ":";
+    for (const std::string& name : kNames) {
+        const at::Tensor& x = get(got, name);
+        ASSERT_TRUE(x.defined()) << name;
+        EXPECT_TRUE(all_finite(x)) << name << " has NaN or Inf";
+        const double err = rel_rmse(x, get(ref, name));
+        EXPECT_LT(err, bound_of(bounds, name)) << variant << " " << name;
+        char cell[48];
+        std::snprintf(cell, sizeof cell, " %s %.2e", name.c_str(), err);
+        line += cell;
+    }
+    char timing[48];
+    std::snprintf(timing, sizeof timing, "  (fwd+bwd %.3f s)", seconds);
+    std::printf("[ rel_rmse ] %s%s\n", line.c_str(), timing);
+}
+
+INSTANTIATE_TEST_SUITE_P(B2T1024H4K128, HgrnCpuVsReference,
+                         testing::Combine(testing::Values("chunk", "recurrent"),
+                                          testing::Values(at::kBFloat16, at::kHalf, at::kFloat),
+                                          testing::Values(at::kFloat, at::kBFloat16)),
+                         [](const testing::TestParamInfo<RefParam>& info) {
+                             return std::get<0>(info.param) + "_" +
+                                    dtype_str(std::get<1>(info.param)) + "_state" +
+                                    dtype_str(std::get<2>(info.param));
+                         });
+
+// Strong decay (normalizer 0.1: exp(G) underflows inside a 64-row chunk) and weak decay (10:
+// the state is a long running sum), independent x and g, a ragged last chunk and no dht: fp32
+// inputs, so the bound is fp32's.
+TEST(HgrnCpu, StrongAndWeakDecayMatchReference) {
+    for (const double normalizer : {0.1, 10.0}) {
+        Case s;
+        s.T = 300;
+        s.H = 3;
+        s.K = 40;
+        s.in = at::kFloat;
+        s.gate_normalizer = normalizer;
+        s.h0 = normalizer > 1.0;
+        s.dht = false;
+        const Data d = make_data(s);
+        const Results ref = gold(d);
+        for (const std::string variant : {"chunk", "recurrent"}) {
+            const Results got = run(variant, d.args, d.d_o, d.dht);
+            EXPECT_EQ(got.dh0.defined(), s.h0) << variant;
+            for (const std::string& name : kNames) {
+                if (!get(ref, name).defined()) continue;
+                EXPECT_TRUE(all_finite(get(got, name))) << variant << " " << name;
+                EXPECT_LT(rel_rmse(get(got, name), get(ref, name)), 1e-5)
+                    << variant << " " << name << " normalizer " << normalizer;
+            }
+        }
+    }
+}
+
+// ---- invariances ----
+
+Case small_case() {
+    Case s;
+    s.B = 2;
+    s.T = 200;
+    s.H = 3;
+    s.K = 20;
+    s.chunk = 32;
+    return s;
+}
+
+/// [B, T, H, ...] -> [B, H, T, ...], physically.
+at::Tensor to_head_first(const at::Tensor& x) { return x.transpose(1, 2).contiguous(); }
+
+TEST(HgrnCpu, HeadFirstMatchesHeadLastBitwise) {
+    const Data hl = make_data(small_case());
+    Data hf = hl;
+    hf.args.layout = Layout::head_first;
+    hf.args.x = to_head_first(hl.args.x);
+    hf.args.g = to_head_first(hl.args.g);
+    hf.d_o = to_head_first(hl.d_o);
+    for (const std::string variant : {"chunk", "recurrent"}) {
+        const Results a = run(variant, hl.args, hl.d_o, hl.dht);
+        const Results b = run(variant, hf.args, hf.d_o, hf.dht);
+        // outputs come back in the inputs' layout
+        EXPECT_EQ(b.o.sizes(), hf.args.x.sizes()) << variant;
+        EXPECT_EQ(b.dx.sizes(), hf.args.x.sizes()) << variant;
+        EXPECT_EQ(b.dg.sizes(), hf.args.g.sizes()) << variant;
+        for (const std::string name : {"o", "dx", "dg"})
+            EXPECT_TRUE(at::equal(get(a, name), to_head_last(get(b, name), Layout::head_first)))
+                << variant << " " << name;
+        for (const std::string name : {"ht", "dh0"})
+            EXPECT_TRUE(at::equal(get(a, name), get(b, name))) << variant << " " << name;
+    }
+}
+
+TEST(HgrnCpu, VarlenMatchesSequencesRunAloneBitwise) {
+    Case s = small_case();
+    s.B = 1;
+    s.T = 300;
+    // an empty sequence, then ragged last chunks of 4, 0 (64 = 2 chunks of 32) and 8 rows
+    s.cu = {0, 0, 100, 164, 300};
+    const Data batch = make_data(s);
+    for (const std::string variant : {"chunk", "recurrent"}) {
+        const Results all = run(variant, batch.args, batch.d_o, batch.dht);
+        for (const std::string& name : kNames)
+            EXPECT_TRUE(all_finite(get(all, name))) << variant << " " << name;
+        for (size_t i = 0; i + 1 < s.cu.size(); ++i) {
+            const int64_t b0 = s.cu[i], b1 = s.cu[i + 1];
+            const auto seq = [&](const at::Tensor& x) { return x.slice(1, b0, b1).contiguous(); };
+            const auto row = [&](const at::Tensor& x) {
+                return x.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1).clone();
+            };
+            HgrnArgs one = batch.args;
+            one.cu_seqlens = at::Tensor();
+            one.x = seq(batch.args.x);
+            one.g = seq(batch.args.g);
+            one.h0 = row(batch.args.h0);
+            const Results alone = run(variant, one, seq(batch.d_o), row(batch.dht));
+            for (const std::string name : {"o", "dx", "dg"})
+                EXPECT_TRUE(at::equal(get(alone, name), seq(get(all, name))))
+                    << variant << " sequence " << i << " " << name;
+            for (const std::string name : {"ht", "dh0"})
+                EXPECT_TRUE(at::equal(get(alone, name), row(get(all, name))))
+                    << variant << " sequence " << i << " " << name;
+        }
+        // the empty sequence passes h0 to ht and dht to dh0 unchanged
+        EXPECT_TRUE(at::equal(all.ht[0], batch.args.h0[0])) << variant;
+        EXPECT_TRUE(at::equal(all.dh0[0], batch.dht[0])) << variant;
+    }
+}
+
+TEST(HgrnCpu, VarlenMatchesReference) {
+    Case s = small_case();
+    s.B = 1;
+    s.T = 300;
+    s.cu = {0, 0, 100, 164, 300};
+    s.in = at::kFloat;
+    const Data d = make_data(s);
+    const Results ref = gold(d);
+    for (const std::string variant : {"chunk", "recurrent"}) {
+        const Results got = run(variant, d.args, d.d_o, d.dht);
+        for (const std::string& name : kNames)
+            EXPECT_LT(rel_rmse(get(got, name), get(ref, name)), 1e-5) << variant << " " << name;
+    }
+}
+
+TEST(HgrnCpu, ChunkSizesAgreeToFp32Rounding) {
+    Case s = small_case();
+    s.in = at::kFloat;
+    s.T = 250;
+    s.chunk = 64;
+    const Data d = make_data(s);
+    const Results base = run("chunk", d.args, d.d_o, d.dht);
+    for (const int64_t chunk : {1, 16, 32}) {
+        Data other = d;
+        other.args.chunk_size = chunk;
+        const Results got = run("chunk", other.args, other.d_o, other.dht);
+        for (const std::string& name : kNames) {
+            const double err = rel_rmse(get(got, name), get(base, name));
+            EXPECT_LT(err, 1e-5) << "chunk " << chunk << " " << name;
+            // a different summation order must show up, or the chunk size was ignored
+            if (name == "o") {
+                EXPECT_GT(err, 0.0) << "chunk " << chunk;
+            }
+        }
+    }
+    const Results recurrent = run("recurrent", d.args, d.d_o, d.dht);
+    for (const std::string& name : kNames)
+        EXPECT_LT(rel_rmse(get(recurrent, name), get(base, name)), 1e-5) << "recurrent " << name;
+}
+
+TEST(HgrnCpu, RejectsChunkSizesThatAreNotPowersOfTwoUpTo64) {
+    Data d = make_data(small_case());
+    for (const int64_t chunk : {0, 48, 128}) {
+        d.args.chunk_size = chunk;
+        EXPECT_THROW(hgrn_chunk_fwd_cpu(d.args), ShapeError) << chunk;
+    }
+}
+
+TEST(HgrnCpu, RejectsMismatchedShapes) {
+    Data d = make_data(small_case());
+    d.args.g = d.args.g.narrow(3, 0, 10);
+    EXPECT_THROW(hgrn_chunk_fwd_cpu(d.args), ShapeError);
+    EXPECT_THROW(hgrn_recurrent_bwd_cpu(d.args, d.d_o, d.dht), ShapeError);
+    d = make_data(small_case());
+    d.args.h0 = at::zeros({2, 3, 20, 20}, at::kFloat);  // a [N, H, K, V] state is not hgrn's
+    EXPECT_THROW(hgrn_recurrent_fwd_cpu(d.args), ShapeError);
+    d = make_data(small_case());
+    EXPECT_THROW(hgrn_chunk_bwd_cpu(d.args, d.d_o.narrow(1, 0, 10), d.dht), ShapeError);
+}
+
+// ---- contracts ----
+
+TEST(HgrnCpu, ResultsHaveTheContractsDtypes) {
+    Case s = small_case();
+    s.in = at::kHalf;
+    s.state = at::kBFloat16;
+    s.gate_dtype = at::kBFloat16;
+    s.out = at::kFloat;
+    const Data d = make_data(s);
+    for (const std::string variant : {"chunk", "recurrent"}) {
+        const PrecisionContract fwd = hgrn_contract(variant, false, d.args);
+        const PrecisionContract bwd = hgrn_contract(variant, true, d.args);
+        EXPECT_EQ(fwd.kernel, "hgrn." + variant + "_fwd");
+        EXPECT_EQ(bwd.kernel, "hgrn." + variant + "_bwd");
+        EXPECT_EQ(fwd.dtype_of("x"), DType::fp16);
+        EXPECT_EQ(fwd.dtype_of("g"), DType::bf16);
+        EXPECT_EQ(fwd.dtype_of("accumulator"), DType::fp32);
+        const Results got = run(variant, d.args, d.d_o, d.dht);
+        for (const std::string& name : kNames) {
+            const PrecisionContract& c = name == "o" || name == "ht" ? fwd : bwd;
+            EXPECT_EQ(get(got, name).scalar_type(), to_scalar_type(c.dtype_of(name)))
+                << variant << " " << name;
+            EXPECT_TRUE(all_finite(get(got, name))) << variant << " " << name;
+        }
+        EXPECT_EQ(got.o.scalar_type(), at::kFloat);
+        EXPECT_EQ(got.ht.scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got.dx.scalar_type(), at::kHalf);
+        EXPECT_EQ(got.dg.scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got.dh0.scalar_type(), at::kBFloat16);
+    }
+    const PrecisionContract chunk = hgrn_contract("chunk", true, d.args);
+    EXPECT_EQ(chunk.dtype_of("chunk states h"), DType::bf16);
+    EXPECT_EQ(chunk.dtype_of("chunk state grads dh"), DType::bf16);
+    EXPECT_EQ(chunk.dtype_of("local scan"), DType::fp32);
+    EXPECT_EQ(hgrn_contract("recurrent", false, d.args).dtype_of("state"), DType::fp32);
+}
+
+TEST(HgrnCpu, ContractNamesOnlyTheGradientsItReturns) {
+    Case s = small_case();
+    s.h0 = false;
+    const Data d = make_data(s);
+    const PrecisionContract c = hgrn_contract("chunk", true, d.args);
+    EXPECT_EQ(c.dtype_of("dg"), DType::fp32);
+    for (const ContractItem& item : c.items) {
+        EXPECT_NE(item.item, "dh0");
+        EXPECT_NE(item.item, "dq");
+    }
+    const Results got = run("chunk", d.args, d.d_o, d.dht);
+    EXPECT_FALSE(got.dh0.defined());
+    EXPECT_THROW(hgrn_contract("fused", false, d.args), ShapeError);
+}
+
+}  // namespace
+}  // namespace lav::kernels

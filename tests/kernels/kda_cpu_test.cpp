@@ -1,0 +1,575 @@
+// tests/kernels/kda_cpu_test.cpp — KDA's CPU backend against the fp64 reference, and its
+// invariances: layouts, varlen, chunk sizes, options, contract dtypes, poisoning. Not a bench.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/kda/kda.h"
+#include "reference/kda.h"
+
+namespace lav::kernels {
+namespace {
+
+enum class Gate { direct, softplus, lower_bound };
+
+/// One test problem; tensors are drawn in fp64 and quantised to these dtypes.
+struct Case {
+    int64_t B = 2, T = 1024, H = 4, HV = 4, K = 64, V = 64;
+    c10::ScalarType in = at::kBFloat16;
+    c10::ScalarType state = at::kFloat;
+    c10::ScalarType gate_dtype = at::kFloat;  // g, beta, A_log, dt_bias
+    c10::ScalarType out = c10::ScalarType::Undefined;
+    bool l2norm = true;
+    Gate gate = Gate::direct;
+    double gate_normalizer = 1.0;  // direct g = logsigmoid(randn) / normalizer
+    bool beta_sigmoid = false;
+    bool neg_eigval = false;
+    bool h0 = true;
+    bool dht = true;
+    std::vector<int64_t> cu;  // empty: dense
+    double scale = 0.0;
+    int64_t chunk = 64;
+    uint64_t seed = 42;
+};
+
+/// Kernel arguments (head_last) and the cotangents of o and ht.
+struct Data {
+    KdaArgs args;
+    at::Tensor d_o;  // [B, T, HV, V] in o's dtype
+    at::Tensor dht;  // [N, HV, K, V] in the state dtype; undefined: zeros
+};
+
+/// Every result of a forward and a backward, kernel or reference.
+struct Results {
+    at::Tensor o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0;
+};
+
+const std::vector<std::string> kNames = {"o",  "ht",    "dq",     "dk",       "dv",
+                                         "dg", "dbeta", "dA_log", "ddt_bias", "dh0"};
+
+const at::Tensor& get(const Results& r, const std::string& name) {
+    static const std::map<std::string, at::Tensor Results::*> members = {
+        {"o", &Results::o},         {"ht", &Results::ht},         {"dq", &Results::dq},
+        {"dk", &Results::dk},       {"dv", &Results::dv},         {"dg", &Results::dg},
+        {"dbeta", &Results::dbeta}, {"dA_log", &Results::dA_log}, {"ddt_bias", &Results::ddt_bias},
+        {"dh0", &Results::dh0}};
+    return r.*members.at(name);
+}
+
+// Inputs as FLA's KDA tests draw them: randn q, k, v, h0; g = logsigmoid(randn) / normalizer;
+// β ∈ U[0, 1). Without the in-kernel l2norm, q and k are scaled by K^-1/2 so that ‖k‖ ≈ 1 and
+// the delta rule stays contracting. Raw gates, gate parameters and β logits are randn.
+Data make_data(const Case& s) {
+    at::Generator gen = at::detail::createCPUGenerator(s.seed);
+    const auto randn = [&](at::IntArrayRef sizes, c10::ScalarType dtype, double scale = 1.0) {
+        return (at::randn(sizes, gen, at::kDouble) * scale).to(dtype);
+    };
+    const int64_t N = s.cu.empty() ? s.B : static_cast<int64_t>(s.cu.size()) - 1;
+    const double qk_scale = s.l2norm ? 1.0 : 1.0 / std::sqrt(static_cast<double>(s.K));
+    Data d;
+    KdaArgs& a = d.args;
+    a.q = randn({s.B, s.T, s.H, s.K}, s.in, qk_scale);  // [B, T, H, K]
+    a.k = randn({s.B, s.T, s.H, s.K}, s.in, qk_scale);  // [B, T, H, K]
+    a.v = randn({s.B, s.T, s.HV, s.V}, s.in);           // [B, T, HV, V]
+    const at::Tensor logits = at::randn({s.B, s.T, s.HV, s.K}, gen, at::kDouble);
+    a.g = (s.gate == Gate::direct ? at::log_sigmoid(logits) / s.gate_normalizer : logits)
+              .to(s.gate_dtype);  // [B, T, HV, K]
+    if (s.gate != Gate::direct) {
+        a.use_gate_in_kernel = true;
+        a.A_log = randn({s.HV}, s.gate_dtype, 0.5);     // [HV]
+        a.dt_bias = randn({s.HV * s.K}, s.gate_dtype);  // [HV * K]
+        if (s.gate == Gate::lower_bound) a.lower_bound = -5.0;
+    }
+    a.beta = (s.beta_sigmoid ? at::randn({s.B, s.T, s.HV}, gen, at::kDouble)
+                             : at::rand({s.B, s.T, s.HV}, gen, at::kDouble))
+                 .to(s.gate_dtype);  // [B, T, HV]
+    a.use_qk_l2norm_in_kernel = s.l2norm;
+    a.use_beta_sigmoid_in_kernel = s.beta_sigmoid;
+    a.allow_neg_eigval = s.neg_eigval;
+    if (s.h0) a.h0 = randn({N, s.HV, s.K, s.V}, s.state);  // [N, HV, K, V]
+    if (!s.cu.empty()) a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(s.cu), at::kLong);
+    a.scale = s.scale;
+    a.state_dtype = s.state;
+    a.output_dtype = s.out;
+    a.chunk_size = s.chunk;
+    const c10::ScalarType out = s.out == c10::ScalarType::Undefined ? s.in : s.out;
+    d.d_o = randn({s.B, s.T, s.HV, s.V}, out);               // [B, T, HV, V]
+    if (s.dht) d.dht = randn({N, s.HV, s.K, s.V}, s.state);  // [N, HV, K, V]
+    return d;
+}
+
+at::Tensor to_f64(const at::Tensor& x) { return x.defined() ? x.to(at::kDouble) : at::Tensor(); }
+
+/// The fp64 reference on exactly the kernel's (quantised) inputs, widened.
+Results gold(const Data& d) {
+    const KdaArgs& a = d.args;
+    ref::KdaInputs r;
+    r.q = to_f64(a.q);
+    r.k = to_f64(a.k);
+    r.v = to_f64(a.v);
+    r.g = to_f64(a.g);
+    r.beta = to_f64(a.beta);
+    r.A_log = to_f64(a.A_log);
+    r.dt_bias = to_f64(a.dt_bias);
+    r.h0 = to_f64(a.h0);
+    if (a.cu_seqlens.defined())
+        r.cu_seqlens.assign(a.cu_seqlens.data_ptr<int64_t>(),
+                            a.cu_seqlens.data_ptr<int64_t>() + a.cu_seqlens.numel());
+    r.scale = a.scale;
+    r.use_qk_l2norm_in_kernel = a.use_qk_l2norm_in_kernel;
+    r.use_gate_in_kernel = a.use_gate_in_kernel;
+    r.lower_bound = a.lower_bound;
+    r.use_beta_sigmoid_in_kernel = a.use_beta_sigmoid_in_kernel;
+    r.allow_neg_eigval = a.allow_neg_eigval;
+    const ref::KdaOutputs f = ref::kda_fwd(r);
+    const ref::KdaGrads g = ref::kda_bwd(r, to_f64(d.d_o), to_f64(d.dht));
+    return {f.o, f.ht, g.dq, g.dk, g.dv, g.dg, g.dbeta, g.dA_log, g.ddt_bias, g.dh0};
+}
+
+/// Forward and backward of one variant; results in the layout they came back in.
+Results run(const std::string& variant, const KdaArgs& a, const at::Tensor& d_o,
+            const at::Tensor& dht) {
+    const bool chunk = variant == "chunk";
+    const KdaFwd f = chunk ? kda_chunk_fwd_cpu(a) : kda_recurrent_fwd_cpu(a);
+    const KdaGrads g = chunk ? kda_chunk_bwd_cpu(a, d_o, dht) : kda_recurrent_bwd_cpu(a, d_o, dht);
+    return {f.o, f.ht, g.dq, g.dk, g.dv, g.dg, g.dbeta, g.dA_log, g.ddt_bias, g.dh0};
+}
+
+/// ‖x − ref‖₂ / ‖ref‖₂, on fp64 copies.
+double rel_rmse(const at::Tensor& x, const at::Tensor& ref) {
+    const at::Tensor r = ref.to(at::kDouble);
+    return (x.to(at::kDouble) - r).norm().item<double>() / r.norm().item<double>();
+}
+
+bool all_finite(const at::Tensor& x) { return at::isfinite(x).all().item<bool>(); }
+
+std::string dtype_str(c10::ScalarType t) { return scalar_type_name(t); }
+
+/// "name err" cells for a printed table row; checks each result is finite and, if `bound_of`
+/// gives a bound, under it.
+template <typename BoundFn>
+std::string check_against(const std::string& what, const Results& got, const Results& ref,
+                          const BoundFn& bound_of) {
+    std::string line;
+    for (const std::string& name : kNames) {
+        const at::Tensor& r = get(ref, name);
+        const at::Tensor& x = get(got, name);
+        EXPECT_EQ(x.defined(), r.defined()) << what << " " << name;
+        if (!r.defined() || !x.defined()) continue;
+        EXPECT_TRUE(all_finite(x)) << what << " " << name << " has NaN or Inf";
+        const double err = rel_rmse(x, r);
+        EXPECT_LT(err, bound_of(name)) << what << " " << name;
+        char cell[48];
+        std::snprintf(cell, sizeof cell, " %s %.2e", name.c_str(), err);
+        line += cell;
+    }
+    return line;
+}
+
+// ---- against the fp64 reference ----
+
+/// rel_rmse bounds per tensor group.
+struct Bounds {
+    double o, ht, dqkv, dh0, gate;
+};
+
+// Bounds on rel_rmse at B=2 T=1024 H=4 K=V=64, q, k l2-normalised in kernel, g =
+// logsigmoid(randn) and β ∈ U[0, 1) in fp32, randn v, h0, d_o, dht. Measured on x86-64
+// (LibTorch 2.11 CPU), worst of the two variants (README.md has both):
+//   in    state  o        ht       dq/dk/dv  dg/dbeta  dh0
+//   bf16  fp32   4.1e-3   2.9e-3   3.3e-3    3.3e-3    1.7e-3
+//   fp16  fp32   5.1e-4   3.7e-4   4.2e-4    3.4e-4    2.1e-4
+//   fp32  fp32   4.9e-7   5.8e-7   6.3e-7    1.6e-6    1.4e-7
+//   bf16  bf16   4.1e-3   3.4e-3   3.3e-3    3.3e-3    2.4e-3
+//   fp16  bf16   5.2e-4   1.7e-3   4.3e-4    3.6e-4    1.7e-3
+//   fp32  bf16   1.3e-4   1.7e-3   1.3e-4    1.3e-4    1.7e-3
+// The worst is always the chunk variant, whose contract rounds the inverse, w, u, kg, v_new,
+// A_qk and qg to the input dtype (as FLA's kernels store them); its o sits at 0.8 of the bound.
+// The recurrent variant's error is each result's final rounding (1.66e-3 for bf16).
+// bf16 inputs, fp32 state: FLA's own acceptance for chunk_kda (fla-ops §4.7) — o and final
+// state 5e-3, dq/dk/dv/dh0 8e-3, gate and beta grads 2e-2.
+constexpr Bounds kBf16Bounds = {5e-3, 5e-3, 8e-3, 8e-3, 2e-2};
+// fp16 inputs, fp32 state: the same table scaled by fp16's 8x smaller epsilon (2^-10 vs 2^-7).
+constexpr Bounds kFp16Bounds = {5e-3 / 8, 5e-3 / 8, 8e-3 / 8, 8e-3 / 8, 2e-2 / 8};
+// fp32 inputs and state: every rounding is fp32's; 1e-5 flags any lost term or stray
+// half-precision rounding, with 6x over the worst measurement for summation order.
+constexpr Bounds kFp32Bounds = {1e-5, 1e-5, 1e-5, 1e-5, 1e-5};
+// bf16 state: ht and dh0 are bf16 themselves (1.7e-3 from that rounding alone) and the chunk
+// states feed o and the gradients, so every input dtype gets the bf16 table.
+constexpr Bounds kBf16StateBounds = kBf16Bounds;
+
+Bounds bounds_for(c10::ScalarType in, c10::ScalarType state) {
+    if (state != at::kFloat) return kBf16StateBounds;
+    if (in == at::kHalf) return kFp16Bounds;
+    return in == at::kFloat ? kFp32Bounds : kBf16Bounds;
+}
+
+double bound_of(const Bounds& b, const std::string& name) {
+    if (name == "o") return b.o;
+    if (name == "ht") return b.ht;
+    if (name == "dh0") return b.dh0;
+    if (name == "dq" || name == "dk" || name == "dv") return b.dqkv;
+    return b.gate;
+}
+
+using RefParam = std::tuple<std::string, c10::ScalarType, c10::ScalarType>;
+
+class KdaCpuVsReference : public testing::TestWithParam<RefParam> {
+  protected:
+    // one reference per (input, state) dtype pair, shared by both variants
+    static const std::pair<Data, Results>& case_for(c10::ScalarType in, c10::ScalarType state) {
+        static std::map<std::pair<c10::ScalarType, c10::ScalarType>, std::pair<Data, Results>>
+            cache;
+        const auto key = std::make_pair(in, state);
+        auto it = cache.find(key);
+        if (it == cache.end()) {
+            Case s;
+            s.in = in;
+            s.state = state;
+            Data d = make_data(s);
+            Results g = gold(d);
+            it = cache.emplace(key, std::make_pair(std::move(d), std::move(g))).first;
+        }
+        return it->second;
+    }
+};
+
+TEST_P(KdaCpuVsReference, WithinBounds) {
+    const auto& [variant, in, state] = GetParam();
+    const auto& [data, ref] = case_for(in, state);
+    const auto start = std::chrono::steady_clock::now();
+    const Results got = run(variant, data.args, data.d_o, data.dht);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const Bounds bounds = bounds_for(in, state);
+    const std::string what = variant + " in " + dtype_str(in) + " state " + dtype_str(state);
+    const std::string line = check_against(
+        what, got, ref, [&](const std::string& name) { return bound_of(bounds, name); });
+    std::printf("[ rel_rmse ] %s:%s  (fwd+bwd %.3f s)\n", what.c_str(), line.c_str(), seconds);
+}
+
+INSTANTIATE_TEST_SUITE_P(B2T1024H4K64, KdaCpuVsReference,
+                         testing::Combine(testing::Values("chunk", "recurrent"),
+                                          testing::Values(at::kBFloat16, at::kHalf, at::kFloat),
+                                          testing::Values(at::kFloat, at::kBFloat16)),
+                         [](const testing::TestParamInfo<RefParam>& info) {
+                             return std::get<0>(info.param) + "_" +
+                                    dtype_str(std::get<1>(info.param)) + "_state" +
+                                    dtype_str(std::get<2>(info.param));
+                         });
+
+/// A small problem with GVA (two value heads per key head), K ≠ V and a ragged last chunk.
+Case small_case() {
+    Case s;
+    s.B = 2;
+    s.T = 200;
+    s.H = 2;
+    s.HV = 4;
+    s.K = 32;
+    s.V = 48;
+    s.chunk = 32;
+    return s;
+}
+
+struct OptionCase {
+    std::string name;
+    bool l2norm;
+    Gate gate;
+    bool beta_sigmoid, neg_eigval;
+};
+
+const std::vector<OptionCase> kOptionCases = {
+    {"plain", false, Gate::direct, false, false},
+    {"l2norm", true, Gate::direct, false, false},
+    {"gatesoftplus", false, Gate::softplus, false, false},
+    {"gatelowerbound", false, Gate::lower_bound, false, false},
+    {"betasigmoid", false, Gate::direct, true, false},
+    {"negeigval", true, Gate::direct, true, true},
+    {"all", true, Gate::softplus, true, true},
+};
+
+// gtest prints the parameter of a failed case with this
+void PrintTo(const OptionCase& c, std::ostream* os) { *os << c.name; }
+
+class KdaCpuOptions : public testing::TestWithParam<OptionCase> {};
+
+// Every option with fp32 inputs, GVA, an explicit scale that is not a power of two and no dht:
+// fp32 bounds (1e-5; the gate-parameter sums, dA_log and ddt_bias, add up T·K terms of both
+// signs and get 1e-4).
+TEST_P(KdaCpuOptions, MatchReferenceInFp32) {
+    const OptionCase& opt = GetParam();
+    Case s = small_case();
+    s.in = at::kFloat;
+    s.l2norm = opt.l2norm;
+    s.gate = opt.gate;
+    s.beta_sigmoid = opt.beta_sigmoid;
+    s.neg_eigval = opt.neg_eigval;
+    s.dht = false;
+    s.scale = 0.3;
+    const Data d = make_data(s);
+    const Results ref = gold(d);
+    for (const std::string variant : {"chunk", "recurrent"}) {
+        const Results got = run(variant, d.args, d.d_o, d.dht);
+        const std::string line =
+            check_against(variant + " " + opt.name, got, ref, [](const std::string& name) {
+                return name == "dA_log" || name == "ddt_bias" ? 1e-4 : 1e-5;
+            });
+        std::printf("[ rel_rmse ] %s %s:%s\n", variant.c_str(), opt.name.c_str(), line.c_str());
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp32, KdaCpuOptions, testing::ValuesIn(kOptionCases),
+                         [](const testing::TestParamInfo<OptionCase>& info) {
+                             return info.param.name;
+                         });
+
+// Strong decay (gate logits / 0.1, so g averages about −8 per step and exp(G) underflows within
+// a chunk): bf16 inputs, both variants stay finite and within the bf16 bounds.
+TEST(KdaCpu, StrongDecayStaysFiniteAndAccurate) {
+    Case s;
+    s.T = 512;
+    s.gate_normalizer = 0.1;
+    const Data d = make_data(s);
+    const Results ref = gold(d);
+    for (const std::string variant : {"chunk", "recurrent"}) {
+        const Results got = run(variant, d.args, d.d_o, d.dht);
+        const std::string line =
+            check_against(variant + " strong decay", got, ref,
+                          [](const std::string& name) { return bound_of(kBf16Bounds, name); });
+        std::printf("[ rel_rmse ] %s strong decay:%s\n", variant.c_str(), line.c_str());
+    }
+}
+
+TEST(KdaCpu, SingleStepMatchesReference) {
+    Case s = small_case();
+    s.T = 1;
+    s.in = at::kFloat;
+    s.gate = Gate::softplus;
+    const Data d = make_data(s);
+    const Results ref = gold(d);
+    for (const std::string variant : {"chunk", "recurrent"})
+        check_against(variant + " T=1", run(variant, d.args, d.d_o, d.dht), ref,
+                      [](const std::string&) { return 1e-5; });
+}
+
+// ---- invariances ----
+
+/// [B, T, H, ...] -> [B, H, T, ...], physically.
+at::Tensor to_head_first(const at::Tensor& x) { return x.transpose(1, 2).contiguous(); }
+
+TEST(KdaCpu, HeadFirstMatchesHeadLastBitwise) {
+    Case s = small_case();
+    s.gate = Gate::softplus;
+    s.beta_sigmoid = true;
+    const Data hl = make_data(s);
+    Data hf = hl;
+    hf.args.layout = Layout::head_first;
+    hf.args.q = to_head_first(hl.args.q);
+    hf.args.k = to_head_first(hl.args.k);
+    hf.args.v = to_head_first(hl.args.v);
+    hf.args.g = to_head_first(hl.args.g);
+    hf.args.beta = to_head_first(hl.args.beta);
+    hf.d_o = to_head_first(hl.d_o);
+    for (const std::string variant : {"chunk", "recurrent"}) {
+        const Results a = run(variant, hl.args, hl.d_o, hl.dht);
+        const Results b = run(variant, hf.args, hf.d_o, hf.dht);
+        // outputs come back in the inputs' layout
+        EXPECT_EQ(b.o.sizes(), hf.args.v.sizes()) << variant;
+        EXPECT_EQ(b.dq.sizes(), hf.args.q.sizes()) << variant;
+        EXPECT_EQ(b.dg.sizes(), hf.args.g.sizes()) << variant;
+        EXPECT_EQ(b.dbeta.sizes(), hf.args.beta.sizes()) << variant;
+        for (const std::string name : {"o", "dq", "dk", "dv", "dg", "dbeta"})
+            EXPECT_TRUE(at::equal(get(a, name), to_head_last(get(b, name), Layout::head_first)))
+                << variant << " " << name;
+        for (const std::string name : {"ht", "dh0", "dA_log", "ddt_bias"})
+            EXPECT_TRUE(at::equal(get(a, name), get(b, name))) << variant << " " << name;
+    }
+}
+
+TEST(KdaCpu, VarlenMatchesSequencesRunAloneBitwise) {
+    Case s = small_case();
+    s.B = 1;
+    s.T = 300;
+    s.gate = Gate::softplus;
+    // an empty sequence, then ragged last chunks of 4, 0 (64 = 2 chunks of 32) and 8 rows
+    s.cu = {0, 0, 100, 164, 300};
+    const Data batch = make_data(s);
+    for (const std::string variant : {"chunk", "recurrent"}) {
+        const Results all = run(variant, batch.args, batch.d_o, batch.dht);
+        for (const std::string& name : kNames)
+            EXPECT_TRUE(all_finite(get(all, name))) << variant << " " << name;
+        at::Tensor dA_log_sum = at::zeros_like(all.dA_log, at::kDouble);      // [HV]
+        at::Tensor ddt_bias_sum = at::zeros_like(all.ddt_bias, at::kDouble);  // [HV * K]
+        for (size_t i = 0; i + 1 < s.cu.size(); ++i) {
+            const int64_t b0 = s.cu[i], b1 = s.cu[i + 1];
+            const auto seq = [&](const at::Tensor& x) { return x.slice(1, b0, b1).contiguous(); };
+            const auto row = [&](const at::Tensor& x) {
+                return x.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1).clone();
+            };
+            KdaArgs one = batch.args;
+            one.cu_seqlens = at::Tensor();
+            one.q = seq(batch.args.q);
+            one.k = seq(batch.args.k);
+            one.v = seq(batch.args.v);
+            one.g = seq(batch.args.g);
+            one.beta = seq(batch.args.beta);
+            one.h0 = row(batch.args.h0);
+            const Results alone = run(variant, one, seq(batch.d_o), row(batch.dht));
+            for (const std::string name : {"o", "dq", "dk", "dv", "dg", "dbeta"})
+                EXPECT_TRUE(at::equal(get(alone, name), seq(get(all, name))))
+                    << variant << " sequence " << i << " " << name;
+            for (const std::string name : {"ht", "dh0"})
+                EXPECT_TRUE(at::equal(get(alone, name), row(get(all, name))))
+                    << variant << " sequence " << i << " " << name;
+            dA_log_sum += alone.dA_log.to(at::kDouble);
+            ddt_bias_sum += alone.ddt_bias.to(at::kDouble);
+        }
+        // the gate parameters' gradients are sums over every sequence, in a different order
+        EXPECT_LT(rel_rmse(all.dA_log, dA_log_sum), 1e-6) << variant;
+        EXPECT_LT(rel_rmse(all.ddt_bias, ddt_bias_sum), 1e-6) << variant;
+    }
+}
+
+TEST(KdaCpu, VarlenMatchesReference) {
+    Case s = small_case();
+    s.B = 1;
+    s.T = 300;
+    s.cu = {0, 0, 100, 164, 300};
+    s.in = at::kFloat;
+    s.gate = Gate::lower_bound;
+    s.beta_sigmoid = true;
+    const Data d = make_data(s);
+    const Results ref = gold(d);
+    for (const std::string variant : {"chunk", "recurrent"})
+        check_against(variant + " varlen", run(variant, d.args, d.d_o, d.dht), ref,
+                      [](const std::string& name) {
+                          return name == "dA_log" || name == "ddt_bias" ? 1e-4 : 1e-5;
+                      });
+}
+
+TEST(KdaCpu, ChunkSizesAgreeToFp32Rounding) {
+    Case s = small_case();
+    s.in = at::kFloat;
+    s.T = 250;
+    s.chunk = 64;
+    const Data d = make_data(s);
+    const Results base = run("chunk", d.args, d.d_o, d.dht);
+    for (const int64_t chunk : {1, 16, 32}) {
+        Data other = d;
+        other.args.chunk_size = chunk;
+        const Results got = run("chunk", other.args, other.d_o, other.dht);
+        for (const std::string& name : kNames) {
+            if (!get(base, name).defined()) continue;
+            const double err = rel_rmse(get(got, name), get(base, name));
+            EXPECT_LT(err, 1e-5) << "chunk " << chunk << " " << name;
+            // a different summation order must show up, or the chunk size was ignored
+            if (name == "o") {
+                EXPECT_GT(err, 0.0) << "chunk " << chunk;
+            }
+        }
+    }
+    const Results recurrent = run("recurrent", d.args, d.d_o, d.dht);
+    for (const std::string& name : kNames) {
+        if (!get(base, name).defined()) continue;
+        EXPECT_LT(rel_rmse(get(recurrent, name), get(base, name)), 1e-5) << "recurrent " << name;
+    }
+}
+
+TEST(KdaCpu, RejectsBadChunkSizesShapesAndOptions) {
+    const Data d = make_data(small_case());
+    for (const int64_t chunk : {0, 48, 128}) {
+        KdaArgs a = d.args;
+        a.chunk_size = chunk;
+        EXPECT_THROW(kda_chunk_fwd_cpu(a), ShapeError) << chunk;
+    }
+    KdaArgs a = d.args;
+    a.v = d.args.v.narrow(2, 0, 3);  // HV = 3 is not a multiple of H = 2
+    EXPECT_THROW(kda_recurrent_fwd_cpu(a), ShapeError);
+    a = d.args;
+    a.allow_neg_eigval = true;  // without the beta sigmoid
+    EXPECT_THROW(kda_chunk_fwd_cpu(a), ShapeError);
+    a = d.args;
+    a.lower_bound = -5.0;  // without the in-kernel gate
+    EXPECT_THROW(kda_recurrent_fwd_cpu(a), ShapeError);
+    a = d.args;
+    a.use_gate_in_kernel = true;  // without A_log
+    EXPECT_THROW(kda_chunk_fwd_cpu(a), ShapeError);
+    a = d.args;
+    a.k = d.args.k.to(at::kFloat);  // q, k, v must share a dtype
+    EXPECT_THROW(kda_chunk_fwd_cpu(a), ShapeError);
+}
+
+// ---- contracts ----
+
+TEST(KdaCpu, ResultsHaveTheContractsDtypes) {
+    Case s = small_case();
+    s.in = at::kHalf;
+    s.state = at::kBFloat16;
+    s.gate_dtype = at::kBFloat16;
+    s.out = at::kFloat;
+    s.gate = Gate::softplus;
+    s.beta_sigmoid = true;
+    const Data d = make_data(s);
+    for (const std::string variant : {"chunk", "recurrent"}) {
+        const PrecisionContract fwd = kda_contract(variant, false, d.args);
+        const PrecisionContract bwd = kda_contract(variant, true, d.args);
+        EXPECT_EQ(fwd.kernel, "kda." + variant + "_fwd");
+        EXPECT_EQ(bwd.kernel, "kda." + variant + "_bwd");
+        EXPECT_EQ(fwd.dtype_of("q, k, v"), DType::fp16);
+        EXPECT_EQ(fwd.dtype_of("accumulator"), DType::fp32);
+        const Results got = run(variant, d.args, d.d_o, d.dht);
+        for (const std::string& name : kNames) {
+            const PrecisionContract& c = name == "o" || name == "ht" ? fwd : bwd;
+            EXPECT_EQ(get(got, name).scalar_type(), to_scalar_type(c.dtype_of(name)))
+                << variant << " " << name;
+        }
+        EXPECT_EQ(got.o.scalar_type(), at::kFloat);
+        EXPECT_EQ(got.ht.scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got.dq.scalar_type(), at::kHalf);
+        EXPECT_EQ(got.dg.scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got.dbeta.scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got.dA_log.scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got.dh0.scalar_type(), at::kBFloat16);
+    }
+    const PrecisionContract chunk = kda_contract("chunk", false, d.args);
+    EXPECT_EQ(chunk.dtype_of("chunk states h"), DType::bf16);
+    EXPECT_EQ(chunk.dtype_of("solved inverse"), DType::fp16);
+    EXPECT_EQ(chunk.dtype_of("w, u"), DType::fp16);
+    EXPECT_EQ(chunk.dtype_of("v_new"), DType::fp16);
+    EXPECT_EQ(chunk.dtype_of("decayed keys kg"), DType::fp16);
+    EXPECT_EQ(kda_contract("chunk", true, d.args).dtype_of("chunk state grads dh"), DType::bf16);
+    EXPECT_EQ(kda_contract("recurrent", false, d.args).dtype_of("state"), DType::fp32);
+}
+
+TEST(KdaCpu, ContractNamesOnlyTheGradientsItReturns) {
+    Case s = small_case();
+    s.h0 = false;
+    const Data d = make_data(s);
+    const PrecisionContract c = kda_contract("chunk", true, d.args);
+    EXPECT_EQ(c.dtype_of("dg"), DType::fp32);
+    EXPECT_EQ(c.dtype_of("dbeta"), DType::fp32);
+    for (const ContractItem& item : c.items) {
+        EXPECT_NE(item.item, "dA_log");
+        EXPECT_NE(item.item, "ddt_bias");
+        EXPECT_NE(item.item, "dh0");
+    }
+    const Results got = run("chunk", d.args, d.d_o, d.dht);
+    EXPECT_FALSE(got.dA_log.defined());
+    EXPECT_FALSE(got.ddt_bias.defined());
+    EXPECT_FALSE(got.dh0.defined());
+    EXPECT_THROW(kda_contract("fused", false, d.args), ShapeError);
+}
+
+}  // namespace
+}  // namespace lav::kernels
