@@ -207,6 +207,18 @@ TEST(Cli, CorruptFilesExitTwo) {
     }
 }
 
+TEST(Cli, CommittedBaselineMatchesTheNightlyScenarios) {
+    // a report-layout change must come with a rewritten baseline, or the nightly gate breaks
+    const report::Report base =
+        report::read_report(std::string(LAV_SOURCE_DIR) + "/reports/baselines/nightly.h5");
+    EXPECT_TRUE(base.complete);
+    const Result validate = lav("validate scenarios/nightly");
+    ASSERT_EQ(validate.code, 0) << validate.output;
+    size_t bwd = 0;
+    for (const auto& c : base.cases) bwd += c.pass == "bwd";
+    EXPECT_GT(bwd, 0u);
+}
+
 TEST(Cli, BadScenarioExitsTwoWithPosition) {
     const Result run =
         lav("run tests/data/scenarios/cli/bad_dtype.toml --out " + scratch("bad.h5").string());
