@@ -74,7 +74,25 @@ endif()
 
 # ---- HDF5 (C API), Boost.Program_options, GoogleTest, toml++ ----
 find_package(HDF5 REQUIRED COMPONENTS C)
-find_package(Boost REQUIRED COMPONENTS program_options)
+# some Boost installs ship the library without its CMake package: fall back to the files
+if(POLICY CMP0167)
+    cmake_policy(SET CMP0167 NEW)
+endif()
+find_package(Boost QUIET COMPONENTS program_options)
+if(NOT TARGET Boost::program_options)
+    find_path(LAV_BOOST_INCLUDE boost/program_options.hpp)
+    find_library(LAV_BOOST_PO_LIB boost_program_options)
+    if(NOT LAV_BOOST_INCLUDE OR NOT LAV_BOOST_PO_LIB)
+        message(FATAL_ERROR "Boost.Program_options not found (headers: ${LAV_BOOST_INCLUDE}, "
+                            "library: ${LAV_BOOST_PO_LIB}); the headers alone are not enough. "
+                            "Install libboost-program-options-dev, or set "
+                            "-DLAV_BOOST_PO_LIB=<libboost_program_options.so>")
+    endif()
+    add_library(Boost::program_options UNKNOWN IMPORTED)
+    set_target_properties(Boost::program_options PROPERTIES
+        IMPORTED_LOCATION "${LAV_BOOST_PO_LIB}" INTERFACE_INCLUDE_DIRECTORIES "${LAV_BOOST_INCLUDE}")
+    set(Boost_VERSION "(library ${LAV_BOOST_PO_LIB})")
+endif()
 find_package(GTest REQUIRED)
 find_path(LAV_TOMLPP_INCLUDE toml++/toml.h
           HINTS "${CMAKE_SOURCE_DIR}/.devdeps/root/usr/include" REQUIRED)
