@@ -62,10 +62,14 @@ std::optional<DType> from_scalar_type(c10::ScalarType type) {
 std::string scalar_type_name(c10::ScalarType type) {
     if (const auto d = from_scalar_type(type)) return std::string(dtype_name(*d));
     switch (type) {
-        case c10::ScalarType::Long: return "int64";
-        case c10::ScalarType::Int: return "int32";
-        case c10::ScalarType::Bool: return "bool";
-        default: return c10::toString(type);
+        case c10::ScalarType::Long:
+            return "int64";
+        case c10::ScalarType::Int:
+            return "int32";
+        case c10::ScalarType::Bool:
+            return "bool";
+        default:
+            return c10::toString(type);
     }
 }
 

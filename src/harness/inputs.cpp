@@ -24,7 +24,8 @@ at::Tensor draw(const TensorSpec& spec, const scenario::Generator& gen, at::Gene
     const std::string& d = gen.dist;
     if (d == "randn") return at::randn(spec.shape, rng, opts) * gen.scale;
     if (d == "rand") return at::rand(spec.shape, rng, opts) * gen.scale;
-    if (d == "logsigmoid") return at::log_sigmoid(at::randn(spec.shape, rng, opts)) / gen.normalizer;
+    if (d == "logsigmoid")
+        return at::log_sigmoid(at::randn(spec.shape, rng, opts)) / gen.normalizer;
     if (d == "zeros") return at::zeros(spec.shape, opts);
     if (d == "ones") return at::ones(spec.shape, opts) * gen.scale;
     if (d == "retention") {
@@ -49,9 +50,8 @@ CaseTensors make_tensors(const std::vector<TensorSpec>& specs, const scenario::C
         const scenario::Generator& gen = it != c.generators.end() ? it->second : spec.generator;
         const at::Tensor quantised = draw(spec, gen, rng).to(to_scalar_type(spec.dtype));
         out.reference[spec.name] = quantised.to(at::kDouble);
-        out.kernel[spec.name] = spec.time_major
-                                    ? from_head_last(quantised, c.layout).contiguous()
-                                    : quantised;
+        out.kernel[spec.name] =
+            spec.time_major ? from_head_last(quantised, c.layout).contiguous() : quantised;
     }
     return out;
 }

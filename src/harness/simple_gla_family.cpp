@@ -1,4 +1,5 @@
-// src/harness/simple_gla_family.cpp — simple_gla's tensors, reference and CPU backend behind Family.
+// src/harness/simple_gla_family.cpp — simple_gla's tensors, reference and CPU backend behind
+// Family.
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -7,8 +8,8 @@
 #include "core/layout.h"
 #include "core/varlen.h"
 #include "harness/registry.h"
-#include "reference/simple_gla.h"
 #include "kernels/simple_gla/simple_gla.h"
+#include "reference/simple_gla.h"
 
 namespace lav::harness {
 namespace {

@@ -31,10 +31,14 @@ double lookup(TensorKind kind, DType dtype) {
     for (const auto& row : kBounds) {
         if (row.dtype != dtype) continue;
         switch (kind) {
-            case TensorKind::output: return row.output;
-            case TensorKind::state: return row.state;
-            case TensorKind::gradient: return row.gradient;
-            case TensorKind::gate_grad: return row.gate_grad;
+            case TensorKind::output:
+                return row.output;
+            case TensorKind::state:
+                return row.state;
+            case TensorKind::gradient:
+                return row.gradient;
+            case TensorKind::gate_grad:
+                return row.gate_grad;
         }
     }
     // fp64 needs no slack beyond fp32's; fp8 kinds are not produced by any kernel yet

@@ -57,7 +57,8 @@ Measures measure(const at::Tensor& x, const at::Tensor& ref, int64_t time_dim, i
         const int64_t T = ref.size(time_dim);
         for (int64_t t0 = 0; t0 < T; t0 += block) {
             const int64_t len = std::min(block, T - t0);
-            m.drift.push_back(rel_rmse(diff.narrow(time_dim, t0, len), ref.narrow(time_dim, t0, len)));
+            m.drift.push_back(
+                rel_rmse(diff.narrow(time_dim, t0, len), ref.narrow(time_dim, t0, len)));
         }
     }
     return m;

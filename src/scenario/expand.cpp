@@ -121,7 +121,8 @@ class CaseBuilder {
         read_prologue(c, sized);
         // a long case is only sized up when it is going to run
         const bool runs = !c.long_case || options.include_long;
-        if (sized && runs && options.max_memory_bytes > 0) check_memory(c, options.max_memory_bytes);
+        if (sized && runs && options.max_memory_bytes > 0)
+            check_memory(c, options.max_memory_bytes);
         // a family's rules may rely on what the generic checks ensure (H > 0 for H | HV), and a
         // file with misplaced keys may not say what its author meant
         if (well_formed && errors_ == 0) check_family_rules(c);

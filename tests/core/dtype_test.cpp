@@ -1,7 +1,8 @@
 // tests/core/dtype_test.cpp — the dtype table: spellings round-trip, storage types, epsilons.
+#include "core/dtype.h"
+
 #include <gtest/gtest.h>
 
-#include "core/dtype.h"
 #include "core/layout.h"
 
 namespace lav {

@@ -1,10 +1,11 @@
 // tests/core/varlen_test.cpp — sequences of dense and varlen batches; layout views.
+#include "core/varlen.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "core/layout.h"
-#include "core/varlen.h"
 
 namespace lav {
 namespace {
@@ -36,8 +37,9 @@ TEST(Varlen, RejectsBadOffsets) {
 }
 
 TEST(Layout, HeadFirstViewsShareStorage) {
-    const at::Tensor x = at::arange(2 * 3 * 4 * 5, at::kFloat).reshape({2, 3, 4, 5});  // [B, H, T, D]
-    const at::Tensor hl = to_head_last(x, Layout::head_first);                     // [B, T, H, D]
+    const at::Tensor x =
+        at::arange(2 * 3 * 4 * 5, at::kFloat).reshape({2, 3, 4, 5});  // [B, H, T, D]
+    const at::Tensor hl = to_head_last(x, Layout::head_first);        // [B, T, H, D]
     EXPECT_EQ(hl.sizes(), (at::IntArrayRef{2, 4, 3, 5}));
     EXPECT_EQ(hl.data_ptr(), x.data_ptr());
     EXPECT_EQ(hl[1][2][0][3].item<float>(), x[1][0][2][3].item<float>());

@@ -1,11 +1,12 @@
 // tests/metrics/measures_test.cpp — rel_rmse, max errors, non-finite counts, drift, bounds table.
+#include "metrics/measures.h"
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "metrics/bounds.h"
-#include "metrics/measures.h"
 
 namespace lav::metrics {
 namespace {
