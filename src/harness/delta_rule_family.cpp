@@ -75,11 +75,6 @@ std::vector<FamilyIssue> check(const Case& c) {
              "([inputs] k = { dist = \"randn\", scale = ... })"}};
 }
 
-at::Tensor get_or_undefined(const TensorMap& m, const std::string& name) {
-    const auto it = m.find(name);
-    return it == m.end() ? at::Tensor() : it->second;
-}
-
 TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
     ref::DeltaRuleInputs r;
     r.q = in.at("q");

@@ -62,11 +62,6 @@ std::vector<scenario::FamilyIssue> check(const Case& c) {
     return issues;
 }
 
-at::Tensor get_or_undefined(const TensorMap& m, const std::string& name) {
-    const auto it = m.find(name);
-    return it == m.end() ? at::Tensor() : it->second;
-}
-
 TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
     ref::HgrnInputs r;
     r.x = in.at("x");

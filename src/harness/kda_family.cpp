@@ -119,11 +119,6 @@ std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
     return out;
 }
 
-at::Tensor get_or_undefined(const TensorMap& m, const std::string& name) {
-    const auto it = m.find(name);
-    return it == m.end() ? at::Tensor() : it->second;
-}
-
 TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
     ref::KdaInputs r;
     r.q = in.at("q");

@@ -5,6 +5,11 @@
 
 namespace lav::harness {
 
+at::Tensor get_or_undefined(const TensorMap& m, const std::string& name) {
+    const auto it = m.find(name);
+    return it == m.end() ? at::Tensor() : it->second;
+}
+
 void Registry::add(Family family) {
     for (const auto& f : families_)
         LAV_ASSERT(f.info.name != family.info.name, "family registered twice: ", f.info.name);

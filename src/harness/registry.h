@@ -68,6 +68,9 @@ struct Family {
         run_cpu;
 };
 
+/// The tensor called `name` in `m`, or an undefined tensor when the case has none (h0, g, ...).
+at::Tensor get_or_undefined(const TensorMap& m, const std::string& name);
+
 class Registry {
 public:
     void add(Family family);
