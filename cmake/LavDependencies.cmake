@@ -82,16 +82,29 @@ find_package(Boost QUIET COMPONENTS program_options)
 if(NOT TARGET Boost::program_options)
     find_path(LAV_BOOST_INCLUDE boost/program_options.hpp)
     find_library(LAV_BOOST_PO_LIB boost_program_options)
-    if(NOT LAV_BOOST_INCLUDE OR NOT LAV_BOOST_PO_LIB)
+    # a host with Boost's headers but not this library builds it from its sources, which
+    # tools/devdeps.sh puts in .devdeps/ (they must be of the same Boost version as the headers)
+    set(LAV_BOOST_PO_SOURCES "${CMAKE_SOURCE_DIR}/.devdeps/boost_program_options/src"
+        CACHE PATH "Boost.Program_options sources, built when the library is missing")
+    if(LAV_BOOST_INCLUDE AND NOT LAV_BOOST_PO_LIB AND EXISTS "${LAV_BOOST_PO_SOURCES}/cmdline.cpp")
+        file(GLOB _lav_po_sources "${LAV_BOOST_PO_SOURCES}/*.cpp")
+        add_library(lav_boost_program_options STATIC ${_lav_po_sources})
+        target_include_directories(lav_boost_program_options SYSTEM PUBLIC "${LAV_BOOST_INCLUDE}")
+        target_compile_options(lav_boost_program_options PRIVATE -w)
+        add_library(Boost::program_options ALIAS lav_boost_program_options)
+        set(Boost_VERSION "${Boost_VERSION} (program_options built from ${LAV_BOOST_PO_SOURCES})")
+    elseif(NOT LAV_BOOST_INCLUDE OR NOT LAV_BOOST_PO_LIB)
         message(FATAL_ERROR "Boost.Program_options not found (headers: ${LAV_BOOST_INCLUDE}, "
                             "library: ${LAV_BOOST_PO_LIB}); the headers alone are not enough. "
-                            "Install libboost-program-options-dev, or set "
-                            "-DLAV_BOOST_PO_LIB=<libboost_program_options.so>")
+                            "Install libboost-program-options-dev, set "
+                            "-DLAV_BOOST_PO_LIB=<libboost_program_options.so>, or run "
+                            "tools/devdeps.sh to build it from its sources")
+    else()
+        add_library(Boost::program_options UNKNOWN IMPORTED)
+        set_target_properties(Boost::program_options PROPERTIES IMPORTED_LOCATION
+            "${LAV_BOOST_PO_LIB}" INTERFACE_INCLUDE_DIRECTORIES "${LAV_BOOST_INCLUDE}")
+        set(Boost_VERSION "(library ${LAV_BOOST_PO_LIB})")
     endif()
-    add_library(Boost::program_options UNKNOWN IMPORTED)
-    set_target_properties(Boost::program_options PROPERTIES
-        IMPORTED_LOCATION "${LAV_BOOST_PO_LIB}" INTERFACE_INCLUDE_DIRECTORIES "${LAV_BOOST_INCLUDE}")
-    set(Boost_VERSION "(library ${LAV_BOOST_PO_LIB})")
 endif()
 find_package(GTest REQUIRED)
 find_path(LAV_TOMLPP_INCLUDE toml++/toml.h

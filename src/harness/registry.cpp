@@ -32,12 +32,9 @@ scenario::Catalog Registry::catalog() const {
 }
 
 void register_all(Registry& registry) {
-    registry.add(simple_gla_family());
-    registry.add(gla_family());
-    registry.add(hgrn_family());
-    registry.add(delta_rule_family());
-    registry.add(gated_delta_rule_family());
-    registry.add(kda_family());
+#define LAV_FAMILY(name) registry.add(name##_family());
+#include "harness/families.inc"
+#undef LAV_FAMILY
 }
 
 }  // namespace lav::harness

@@ -87,17 +87,9 @@ private:
 /// Adds every family of this build.
 void register_all(Registry& registry);
 
-/// The simple_gla family (linear attention, retention, lightning attention, Mamba-2 SSD).
-Family simple_gla_family();
-/// GLA and HGRN2: per-key-dimension decay.
-Family gla_family();
-/// HGRN: the elementwise gated recurrence.
-Family hgrn_family();
-/// DeltaNet: the delta rule.
-Family delta_rule_family();
-/// Gated DeltaNet (Qwen3-Next), with grouped value heads.
-Family gated_delta_rule_family();
-/// Kimi Delta Attention: the gated delta rule with a per-key-dimension gate.
-Family kda_family();
+// One `Family <f>_family();` per family of this build, each in src/harness/<f>_family.cpp.
+#define LAV_FAMILY(name) Family name##_family();
+#include "harness/families.inc"
+#undef LAV_FAMILY
 
 }  // namespace lav::harness

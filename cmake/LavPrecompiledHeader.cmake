@@ -1,0 +1,18 @@
+# One precompiled ATen header for the whole build: each gch is ~350 MB, so a copy per target
+# (45 targets) would need 16 GB of disk; every C++ target reuses lav_core's instead.
+
+# lav_share_precompiled_header(<dir>) — every C++ library or executable under <dir>.
+function(lav_share_precompiled_header dir)
+    get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+    foreach(target IN LISTS targets)
+        get_target_property(type ${target} TYPE)
+        if(target STREQUAL "lav_core" OR NOT type MATCHES "^(STATIC_LIBRARY|EXECUTABLE)$")
+            continue()
+        endif()
+        target_precompile_headers(${target} REUSE_FROM lav_core)
+    endforeach()
+    get_property(subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
+    foreach(subdir IN LISTS subdirs)
+        lav_share_precompiled_header("${subdir}")
+    endforeach()
+endfunction()
