@@ -56,9 +56,20 @@ if(NOT LAV_ENABLE_CUDA STREQUAL "OFF")
 endif()
 
 if(LAV_CUDA)
+    # Hopper first, Ampere too; static kernels also go into liblav_ops.so, so all code is PIC
+    if(NOT CMAKE_CUDA_ARCHITECTURES)
+        set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+    set(CMAKE_CUDA_STANDARD 17)
     enable_language(CUDA)
+    # LibTorch's CMake adds its own -gencode flags from TORCH_CUDA_ARCH_LIST
+    if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+        set(ENV{TORCH_CUDA_ARCH_LIST} "8.0;9.0")
+    endif()
     find_package(Torch REQUIRED)
     add_library(lav_torch INTERFACE)
+    target_include_directories(lav_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
     target_link_libraries(lav_torch INTERFACE ${TORCH_LIBRARIES})
 else()
     # the CPU half of LibTorch: headers plus libtorch_cpu and libc10

@@ -1,7 +1,8 @@
 # One precompiled ATen header for the whole build: each gch is ~350 MB, so a copy per target
 # (45 targets) would need 16 GB of disk; every C++ target reuses lav_core's instead.
 
-# lav_share_precompiled_header(<dir>) — every C++ library or executable under <dir>.
+# lav_share_precompiled_header(<dir>) — every C++ library or executable under <dir>; each must
+# link LibTorch (through lav_core).
 function(lav_share_precompiled_header dir)
     get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
     foreach(target IN LISTS targets)

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "harness/backend.h"
 #include "harness/runner.h"
 #include "report/console.h"
 #include "report/junit.h"
@@ -88,6 +89,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string filter_text;
     std::string max_memory;
     std::string resume;
+    std::string backend;
     std::string junit;
     int threads = 0;
     options.add_options()("paths", po::value(&paths)->required(), "scenario files or folders")(
@@ -101,6 +103,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "resume", po::value(&resume),
         "continue the incomplete report F (give the same paths): its cases are kept, the rest run")(
         "junit", po::value(&junit), "also write the results as JUnit XML to this file")(
+        "backend", po::value(&backend)->default_value("auto"),
+        "cpu, cuda, or auto: lav's CUDA kernels where the build, the machine and the variant "
+        "have them, the CPU backend otherwise")(
         "strict-boundary", po::bool_switch(),
         "fail a case whose prologue hands the kernel a dtype its contract refuses (default: "
         "report it, cast, and measure)");
@@ -118,6 +123,11 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         }
     }
     if (threads > 0) at::set_num_threads(threads);
+    LAV_CHECK_AS(UsageError, backend == "auto" || backend == "cpu" || backend == "cuda",
+                 "--backend takes auto, cpu or cuda, got '", backend, "'");
+    LAV_CHECK_AS(UsageError, backend != "cuda" || harness::cuda_available(),
+                 "--backend cuda needs a CUDA build of lav and a CUDA device",
+                 kCudaBuild ? " (none is visible)" : " (this build is CPU-only)");
 
     harness::Registry registry;
     harness::register_all(registry);
@@ -157,7 +167,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         size_t missing = 0;
         for (const auto& v : c.variants)
             for (const auto& p : harness::passes_of(c))
-                missing += !kept.count(harness::record_id(c, v, p));
+                missing += !kept.count(harness::record_id(
+                    c, v, harness::backend_for(registry.get(c.family), v, backend), p));
         if (missing == 0) continue;
         runs += missing;
         todo.push_back(&c);
@@ -167,6 +178,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                   << " to run\n";
     harness::RunOptions run_options;
     run_options.strict_boundary = vm["strict-boundary"].as<bool>();
+    run_options.backend = backend;
     size_t done = 0;
     for (const scenario::Case* c : todo) {
         harness::run_case(registry, *c, run_options, [&](report::CaseRecord r) {

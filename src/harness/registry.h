@@ -61,11 +61,15 @@ struct Family {
     std::function<TensorMap(const scenario::Case&, const TensorMap& inputs,
                             const TensorMap& cotangents, bool backward)>
         reference;
-    /// The CPU backend: inputs in the case's dtypes and layout; returns one pass's results.
+    /// A backend variant: inputs in the case's dtypes and layout, on the CPU or, for the
+    /// variants in cuda_variants, on a CUDA device (then it runs lav's CUDA kernels); returns
+    /// one pass's results on the inputs' device.
     std::function<KernelResult(const scenario::Case&, const std::string& variant,
                                const TensorMap& inputs, const TensorMap& cotangents,
                                bool backward)>
         run_cpu;
+    /// The variants with a CUDA kernel in this build (none in CPU-only builds).
+    std::vector<std::string> cuda_variants;
 };
 
 /// The tensor called `name` in `m`, or an undefined tensor when the case has none (h0, g, ...).

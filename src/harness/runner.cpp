@@ -3,11 +3,13 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
 #include "core/error.h"
 #include "harness/audit.h"
+#include "harness/backend.h"
 #include "harness/inputs.h"
 #include "metrics/measures.h"
 
@@ -46,14 +48,15 @@ bool is_state(const MeasuredSpec& m) {
     return m.kind == metrics::TensorKind::state || m.name == "dh0";
 }
 
-CaseRecord blank_record(const Case& c, const std::string& variant, const std::string& pass) {
+CaseRecord blank_record(const Case& c, const std::string& variant, const std::string& backend,
+                        const std::string& pass) {
     CaseRecord r;
-    r.id = record_id(c, variant, pass);
+    r.id = record_id(c, variant, backend, pass);
     r.scenario_file = c.file;
     r.scenario = c.name;
     r.family = c.family;
     r.variant = variant;
-    r.backend = "cpu";
+    r.backend = backend;
     r.pass = pass;
     r.input_dtype = dtype_name(c.input_dtype);
     r.gate_dtype = dtype_name(c.gate_dtype);
@@ -111,8 +114,9 @@ void judge(const Case& c, const MeasuredSpec& m, const at::Tensor& x, const at::
 
 }  // namespace
 
-std::string record_id(const Case& c, const std::string& variant, const std::string& pass) {
-    return c.id + "/" + variant + "/cpu/" + pass;
+std::string record_id(const Case& c, const std::string& variant, const std::string& backend,
+                      const std::string& pass) {
+    return c.id + "/" + variant + "/" + backend + "/" + pass;
 }
 
 std::vector<std::string> passes_of(const Case& c) {
@@ -142,7 +146,8 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
             // a prologue that cannot run is this case's result, like a kernel that throws
             for (const auto& variant : c.variants)
                 for (const auto& pass : passes_of(c)) {
-                    CaseRecord r = blank_record(c, variant, pass);
+                    CaseRecord r = blank_record(
+                        c, variant, backend_for(family, variant, options.backend), pass);
                     r.verdict = "error";
                     r.message = e.what();
                     sink(std::move(r));
@@ -157,14 +162,22 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
         LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
 
     for (const auto& variant : c.variants) {
+        const std::string backend = backend_for(family, variant, options.backend);
+        const bool cuda = backend == "cuda";
+        const auto& cv = family.cuda_variants;
+        const bool has_kernel = !cuda || std::find(cv.begin(), cv.end(), variant) != cv.end();
         for (const auto& pass : passes_of(c)) {
-            CaseRecord r = blank_record(c, variant, pass);
+            CaseRecord r = blank_record(c, variant, backend, pass);
             r.findings = audit.findings;
             r.trace = audit.trace;
             const bool backward = pass == "bwd";
             const auto start = std::chrono::steady_clock::now();
             try {
-                const KernelResult k = family.run_cpu(c, variant, in.kernel, cot.kernel, backward);
+                LAV_CHECK(has_kernel, "lav has no CUDA kernel for ", c.family, " ", variant);
+                KernelResult k = cuda ? family.run_cpu(c, variant, to_cuda(in.kernel),
+                                                       to_cuda(cot.kernel), backward)
+                                      : family.run_cpu(c, variant, in.kernel, cot.kernel, backward);
+                if (cuda) k.results = to_cpu(k.results);
                 r.seconds =
                     std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                 r.contract = k.contract;

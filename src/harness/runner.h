@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "harness/registry.h"
 #include "report/report.h"
@@ -15,9 +16,11 @@ namespace lav::harness {
 struct RunOptions {
     /// a BOUNDARY_MISMATCH fails the case (otherwise the kernel runs on the cast inputs)
     bool strict_boundary = false;
+    /// "auto", "cpu" or "cuda" (backend.h)
+    std::string backend = "auto";
 };
 
-/// Runs `c` on the CPU backend: one record per (variant, pass), handed to `sink` as soon as
+/// Runs `c` on the backend `options` names: one record per (variant, pass), handed to `sink` as soon as
 /// it is finished. A case with a prologue runs it under the dtype tracer first, and every
 /// record of the case carries the trace and its findings. Throws only for lav's own bugs
 /// (InternalError).
@@ -25,7 +28,8 @@ void run_case(const Registry& registry, const scenario::Case& c, const RunOption
               const std::function<void(report::CaseRecord)>& sink);
 
 /// The id of one record of `c`: "<scenario>[<matrix>]/<variant>/<backend>/<pass>".
-std::string record_id(const scenario::Case& c, const std::string& variant, const std::string& pass);
+std::string record_id(const scenario::Case& c, const std::string& variant,
+                      const std::string& backend, const std::string& pass);
 
 /// The passes a case asks for, in run order: "fwd", "bwd".
 std::vector<std::string> passes_of(const scenario::Case& c);

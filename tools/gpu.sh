@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# tools/gpu.sh — on the CUDA machine: configure with CUDA, build, run the gpu tests; with
+# --sanitize also under compute-sanitizer memcheck; with --scenarios DIR... also `lav run`.
+# Logs and reports go to build-gpu/last/, and are copied to $OUT when set. Needs .devdeps/
+# (tools/devdeps.sh).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=build-gpu/last
+rm -rf "$out" && mkdir -p "$out"
+trap '[ -n "${OUT:-}" ] && cp -r "$out"/. "$OUT"/' EXIT
+sanitize=0
+scenarios=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --sanitize) sanitize=1 ;;
+        --scenarios) shift; while [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; do scenarios+=("$1"); shift; done; continue ;;
+        *) echo "gpu.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+export OMP_WAIT_POLICY=PASSIVE
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DLAV_ENABLE_CUDA=ON \
+    -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$prefix/Torch" >"$out/configure.log" 2>&1 \
+    || { tail -30 "$out/configure.log"; exit 1; }
+grep "lav:" "$out/configure.log"
+cmake --build build-gpu -j "$(nproc)" ${LAV_GPU_TARGETS:+--target $LAV_GPU_TARGETS} >"$out/build.log" 2>&1 || { grep -E "error|Error" -A3 "$out/build.log" | head -60; exit 1; }
+ctest --test-dir build-gpu -L gpu --output-on-failure --output-junit "$PWD/$out/gpu-tests.xml" \
+    >"$out/gpu-tests.log" 2>&1
+status=$?
+tail -5 "$out/gpu-tests.log"
+if [ "$sanitize" = 1 ]; then
+    for t in build-gpu/tests/cuda/test_cuda_*; do
+        compute-sanitizer --tool memcheck --error-exitcode 3 "$t" --gtest_filter='*varlen*' \
+            >"$out/sanitize-$(basename "$t").log" 2>&1
+        echo "compute-sanitizer memcheck $(basename "$t"): exit $?"
+        tail -2 "$out/sanitize-$(basename "$t").log"
+    done
+fi
+if [ ${#scenarios[@]} -gt 0 ]; then
+    build-gpu/src/lav run "${scenarios[@]}" --out "$out/gpu.h5" >"$out/lav-run.log" 2>&1
+    echo "lav run: exit $?"
+    tail -15 "$out/lav-run.log"
+fi
+exit $status
