@@ -4,7 +4,8 @@
 //   S̄ = exp(g_t) S_{t-1},   u_t = β_t (v_t − S̄ᵀ k_t),   S_t = S̄ + k_t u_tᵀ,
 //   o_t = scale · S_tᵀ q_t                                   (S_{-1} = h0)
 // i.e. S_t = exp(g_t) (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ. The in-kernel options of FLA's
-// chunk_gated_delta_rule (fla-ops §3.10, §4.6) are part of the op here, gradients included:
+// chunk_gated_delta_rule (fla/ops/gated_delta_rule/chunk.py, fla/modules/l2norm.py,
+// fla/ops/gated_delta_rule/gate.py) are part of the op here, gradients included:
 //   use_qk_l2norm_in_kernel:    q, k ← x / sqrt(Σ x² + 1e-6)
 //   use_gate_in_kernel:         g ← −exp(A_log[hv]) · softplus(g + dt_bias[hv])
 //   use_beta_sigmoid_in_kernel: β ← sigmoid(β), times 2 with allow_neg_eigval

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/layout.h"
@@ -70,7 +71,9 @@ struct Grads {
 
 namespace detail {
 
-constexpr double kPoison = std::numeric_limits<double>::quiet_NaN();
+using cpu::poisoned;
+using cpu::round_to;
+using cpu::widen;
 
 // ---- arguments ----
 
@@ -233,19 +236,6 @@ inline at::Tensor check_cotangents(const Problem& p, const Args& a, const at::Te
 }
 
 // ---- tensor helpers ----
-
-inline at::Tensor poisoned(at::IntArrayRef sizes, c10::ScalarType dtype) {
-    return at::full(sizes, kPoison, at::TensorOptions().dtype(dtype));
-}
-
-/// A fresh contiguous fp32 copy, also of fp32 input: a fixed allocation keeps results
-/// independent of the caller's layout and strides (head_first and head_last agree bitwise).
-inline at::Tensor widen(const at::Tensor& x) { return at::empty(x.sizes(), at::kFloat).copy_(x); }
-
-/// x rounded to `dtype` and read back in fp32: a storage point of the contract.
-inline at::Tensor round_to(const at::Tensor& x, c10::ScalarType dtype) {
-    return dtype == at::kFloat ? x : x.to(dtype).to(at::kFloat);
-}
 
 /// Rows [c0, c1) of batch row b of a [B, T, heads, D] head_last tensor: [heads, L, D] fp32.
 inline at::Tensor load_rows(const at::Tensor& x_hl, int64_t b, int64_t c0, int64_t c1) {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/varlen.h"
@@ -18,7 +19,10 @@
 namespace lav::kernels {
 namespace {
 
-constexpr double kPoison = std::numeric_limits<double>::quiet_NaN();
+using cpu::poisoned;
+using cpu::round_to;
+using cpu::widen;
+
 // the intra-chunk scores are formed in sub-chunks of 16 rows, as FLA's chunk_gla does
 constexpr int64_t kSubChunk = 16;
 
@@ -138,19 +142,6 @@ at::Tensor check_cotangents(const Problem& p, const GlaArgs& a, const at::Tensor
 
 // ---- tensor helpers ----
 
-at::Tensor poisoned(at::IntArrayRef sizes, c10::ScalarType dtype) {
-    return at::full(sizes, kPoison, at::TensorOptions().dtype(dtype));
-}
-
-/// A fresh contiguous fp32 copy, also of fp32 input: a fixed allocation keeps results
-/// independent of the caller's layout and strides (head_first and head_last agree bitwise).
-at::Tensor widen(const at::Tensor& x) { return at::empty(x.sizes(), at::kFloat).copy_(x); }
-
-/// x rounded to `dtype` and read back in fp32: a storage point of the contract.
-at::Tensor round_to(const at::Tensor& x, c10::ScalarType dtype) {
-    return dtype == at::kFloat ? x : x.to(dtype).to(at::kFloat);
-}
-
 /// Rows [c0, c1) of one head in batch row b of a head_last tensor, as a [1, L, D] fp32 copy:
 /// one head per task, kept 3-d so that every product below is a batched one.
 at::Tensor load_rows(const at::Tensor& x_hl, int64_t b, int64_t head, int64_t c0, int64_t c1) {
@@ -174,9 +165,7 @@ at::Tensor start_state(const Problem& p, int64_t n, int64_t head) {
 /// writes disjoint elements of the results. The ATen ops inside a task run on its thread.
 template <typename F>
 void for_each_lane(const Problem& p, const F& lane_fn) {
-    at::parallel_for(0, p.N * p.H, 1, [&](int64_t lo, int64_t hi) {
-        for (int64_t j = lo; j < hi; ++j) lane_fn(p.seqs[j / p.H], j % p.H);
-    });
+    cpu::for_each_lane(p.seqs, p.H, lane_fn);
 }
 
 // ---- chunk variant ----

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <utility>
 #include <vector>
 
+#include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/varlen.h"
@@ -18,7 +18,8 @@
 namespace lav::kernels {
 namespace {
 
-constexpr double kPoison = std::numeric_limits<double>::quiet_NaN();
+using cpu::poisoned;
+using cpu::widen;
 
 // ---- arguments ----
 
@@ -113,14 +114,6 @@ at::Tensor check_cotangents(const Problem& p, const HgrnArgs& a, const at::Tenso
 
 // ---- tensor helpers ----
 
-at::Tensor poisoned(at::IntArrayRef sizes, c10::ScalarType dtype) {
-    return at::full(sizes, kPoison, at::TensorOptions().dtype(dtype));
-}
-
-/// A fresh contiguous fp32 copy, also of fp32 input: a fixed allocation keeps results
-/// independent of the caller's layout and strides (head_first and head_last agree bitwise).
-at::Tensor widen(const at::Tensor& x) { return at::empty(x.sizes(), at::kFloat).copy_(x); }
-
 /// x rounded to `dtype` and read back in fp32: a storage point of the contract.
 at::Tensor round_to(const at::Tensor& x, c10::ScalarType dtype) {
     return dtype == at::kFloat ? x.clone() : x.to(dtype).to(at::kFloat);
@@ -155,9 +148,7 @@ at::Tensor lane_start(const Problem& p, int64_t n, int64_t h) {
 /// writes disjoint elements of the results.
 template <typename F>
 void for_each_lane(const Problem& p, const F& lane_fn) {
-    at::parallel_for(0, p.N * p.H, 1, [&](int64_t lo, int64_t hi) {
-        for (int64_t j = lo; j < hi; ++j) lane_fn(p.seqs[j / p.H], j % p.H);
-    });
+    cpu::for_each_lane(p.seqs, p.H, lane_fn);
 }
 
 /// Every chunk of a lane of length L as [begin, end) rows of the lane.

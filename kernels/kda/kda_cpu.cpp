@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
+#include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/varlen.h"
@@ -17,7 +17,10 @@
 namespace lav::kernels {
 namespace {
 
-constexpr double kPoison = std::numeric_limits<double>::quiet_NaN();
+using cpu::poisoned;
+using cpu::round_to;
+using cpu::widen;
+
 // FLA's l2norm puts its epsilon inside the square root: x / sqrt(Σ x² + eps)
 constexpr float kL2NormEps = 1e-6f;
 // FLA's softplus returns x itself above this (fla/ops/utils/softplus.py)
@@ -183,19 +186,6 @@ at::Tensor check_cotangents(const Problem& p, const KdaArgs& a, const at::Tensor
 
 // ---- tensor helpers ----
 
-at::Tensor poisoned(at::IntArrayRef sizes, c10::ScalarType dtype) {
-    return at::full(sizes, kPoison, at::TensorOptions().dtype(dtype));
-}
-
-/// A fresh contiguous fp32 copy, also of fp32 input: a fixed allocation keeps results
-/// independent of the caller's layout and strides (head_first and head_last agree bitwise).
-at::Tensor widen(const at::Tensor& x) { return at::empty(x.sizes(), at::kFloat).copy_(x); }
-
-/// x rounded to `dtype` and read back in fp32: a storage point of the contract.
-at::Tensor round_to(const at::Tensor& x, c10::ScalarType dtype) {
-    return dtype == at::kFloat ? x : x.to(dtype).to(at::kFloat);
-}
-
 // Everything inside a lane works on one head and at most kPieceRows rows at a time: ATen ops
 // on such [1, ≤64, D] slices stay under its parallel grain (32768 elements), so none of them
 // forks the OpenMP pool, whose fork, join and spin-wait per call cost more than these ops.
@@ -317,9 +307,7 @@ Block load_block(const Problem& p, int64_t b, int64_t hv, int64_t c0, int64_t c1
 /// elements of the results.
 template <typename F>
 void for_each_lane(const Problem& p, const F& lane_fn) {
-    at::parallel_for(0, p.N * p.HV, 1, [&](int64_t lo, int64_t hi) {
-        for (int64_t j = lo; j < hi; ++j) lane_fn(p.seqs[j / p.HV], j % p.HV);
-    });
+    cpu::for_each_lane(p.seqs, p.HV, lane_fn);
 }
 
 /// The lane's starting state in fp32: h0[n, hv] widened, or zeros.

@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/varlen.h"
@@ -17,7 +18,9 @@
 namespace lav::kernels {
 namespace {
 
-constexpr double kPoison = std::numeric_limits<double>::quiet_NaN();
+using cpu::poisoned;
+using cpu::round_to;
+using cpu::widen;
 
 // ---- arguments ----
 
@@ -151,19 +154,6 @@ at::Tensor check_cotangents(const Problem& p, const SimpleGlaArgs& a, const at::
 }
 
 // ---- tensor helpers ----
-
-at::Tensor poisoned(at::IntArrayRef sizes, c10::ScalarType dtype) {
-    return at::full(sizes, kPoison, at::TensorOptions().dtype(dtype));
-}
-
-/// A fresh contiguous fp32 copy, also of fp32 input: a fixed allocation keeps results
-/// independent of the caller's layout and strides (head_first and head_last agree bitwise).
-at::Tensor widen(const at::Tensor& x) { return at::empty(x.sizes(), at::kFloat).copy_(x); }
-
-/// x rounded to `dtype` and read back in fp32: a storage point of the contract.
-at::Tensor round_to(const at::Tensor& x, c10::ScalarType dtype) {
-    return dtype == at::kFloat ? x : x.to(dtype).to(at::kFloat);
-}
 
 /// Rows [c0, c1) of batch row b of a head_last tensor, heads first, in fp32.
 at::Tensor load_rows(const at::Tensor& x_hl, int64_t b, int64_t c0, int64_t c1) {
@@ -420,9 +410,7 @@ void step(float* S, const float* k, const float* v, float a, int64_t K, int64_t 
 /// writes disjoint elements of the results.
 template <typename F>
 void for_each_lane(const Problem& p, const F& lane_fn) {
-    at::parallel_for(0, p.N * p.H, 1, [&](int64_t lo, int64_t hi) {
-        for (int64_t j = lo; j < hi; ++j) lane_fn(p.seqs[j / p.H], j % p.H);
-    });
+    cpu::for_each_lane(p.seqs, p.H, lane_fn);
 }
 
 }  // namespace

@@ -2,16 +2,13 @@
 // fp64 reference, and its invariances: layouts, varlen, GVA, in-kernel options, chunk sizes,
 // contract dtypes, stability. Not a bench.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cstdio>
-#include <map>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "common/family_test.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/gated_delta_rule/gated_delta_rule.h"
@@ -19,6 +16,8 @@
 
 namespace lav::kernels {
 namespace {
+
+using namespace lav::test;
 
 /// One test problem; tensors are drawn in fp64 and quantised to these dtypes.
 struct Case {
@@ -48,52 +47,33 @@ struct Data {
     at::Tensor dht;  // [N, HV, K, V] in the state dtype; undefined: zeros
 };
 
-/// Every result of a forward and a backward, kernel or reference.
-struct Results {
-    at::Tensor o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0;
-};
-
-const std::vector<std::string> kNames = {"o",  "ht",    "dq",     "dk",       "dv",
-                                         "dg", "dbeta", "dA_log", "ddt_bias", "dh0"};
-
-const at::Tensor& get(const Results& r, const std::string& name) {
-    static const std::map<std::string, at::Tensor Results::*> members = {
-        {"o", &Results::o},         {"ht", &Results::ht},         {"dq", &Results::dq},
-        {"dk", &Results::dk},       {"dv", &Results::dv},         {"dg", &Results::dg},
-        {"dbeta", &Results::dbeta}, {"dA_log", &Results::dA_log}, {"ddt_bias", &Results::ddt_bias},
-        {"dh0", &Results::dh0}};
-    return r.*members.at(name);
-}
-
 // Inputs as FLA's GDN tests draw them: randn q, k, v, h0, with k L2-normalised (here in fp64
 // before quantising) unless the kernel normalises; g = logsigmoid(randn) / normalizer, or raw
 // randn with A_log ~ U[0, 1), dt_bias ~ randn for the in-kernel gate; β ~ U[0, 1), or randn
 // logits for the in-kernel sigmoid.
 Data make_data(const Case& s) {
-    at::Generator gen = at::detail::createCPUGenerator(s.seed);
-    const auto randn = [&](at::IntArrayRef sizes) { return at::randn(sizes, gen, at::kDouble); };
-    const int64_t N = s.cu.empty() ? s.B : static_cast<int64_t>(s.cu.size()) - 1;
+    Draw draw(s.seed);
+    const int64_t N = num_sequences(s.B, s.cu);
     Data d;
     GatedDeltaRuleArgs& a = d.args;
-    a.q = randn({s.B, s.T, s.H, s.K}).to(s.in);  // [B, T, H, K]
-    at::Tensor k = randn({s.B, s.T, s.H, s.K});  // [B, T, H, K]
+    a.q = draw.randn({s.B, s.T, s.H, s.K}, s.in);     // [B, T, H, K]
+    at::Tensor k = draw.randn({s.B, s.T, s.H, s.K});  // [B, T, H, K]
     if (!s.l2norm) k = k / k.norm(2, -1, /*keepdim=*/true);
     a.k = k.to(s.in);
-    a.v = randn({s.B, s.T, s.HV, s.V}).to(s.in);  // [B, T, HV, V]
-    const at::Tensor logits = randn({s.B, s.T, s.HV});
+    a.v = draw.randn({s.B, s.T, s.HV, s.V}, s.in);  // [B, T, HV, V]
+    const at::Tensor logits = draw.randn({s.B, s.T, s.HV});
     if (s.gate_in_kernel) {
         a.g = logits.to(s.gate_dtype);
-        a.A_log = at::rand({s.HV}, gen, at::kDouble).to(s.gate_dtype);
-        a.dt_bias = randn({s.HV}).to(s.gate_dtype);
+        a.A_log = draw.rand({s.HV}, s.gate_dtype);
+        a.dt_bias = draw.randn({s.HV}, s.gate_dtype);
     } else {
         a.g = s.zero_gate ? at::zeros({s.B, s.T, s.HV}, s.gate_dtype)
                           : (at::log_sigmoid(logits) / s.gate_normalizer).to(s.gate_dtype);
     }
-    a.beta =
-        (s.beta_sigmoid ? randn({s.B, s.T, s.HV}) : at::rand({s.B, s.T, s.HV}, gen, at::kDouble))
-            .to(s.gate_dtype);
-    if (s.h0) a.h0 = randn({N, s.HV, s.K, s.V}).to(s.state);  // [N, HV, K, V]
-    if (!s.cu.empty()) a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(s.cu), at::kLong);
+    a.beta = s.beta_sigmoid ? draw.randn({s.B, s.T, s.HV}, s.gate_dtype)
+                            : draw.rand({s.B, s.T, s.HV}, s.gate_dtype);
+    if (s.h0) a.h0 = draw.randn({N, s.HV, s.K, s.V}, s.state);  // [N, HV, K, V]
+    a.cu_seqlens = cu_tensor(s.cu);
     a.scale = s.scale;
     a.use_qk_l2norm_in_kernel = s.l2norm;
     a.use_gate_in_kernel = s.gate_in_kernel;
@@ -102,13 +82,10 @@ Data make_data(const Case& s) {
     a.state_dtype = s.state;
     a.output_dtype = s.out;
     a.chunk_size = s.chunk;
-    const c10::ScalarType out = s.out == c10::ScalarType::Undefined ? s.in : s.out;
-    d.d_o = randn({s.B, s.T, s.HV, s.V}).to(out);               // [B, T, HV, V]
-    if (s.dht) d.dht = randn({N, s.HV, s.K, s.V}).to(s.state);  // [N, HV, K, V]
+    d.d_o = draw.randn({s.B, s.T, s.HV, s.V}, output_dtype(s.out, s.in));  // [B, T, HV, V]
+    if (s.dht) d.dht = draw.randn({N, s.HV, s.K, s.V}, s.state);           // [N, HV, K, V]
     return d;
 }
-
-at::Tensor to_f64(const at::Tensor& x) { return x.defined() ? x.to(at::kDouble) : at::Tensor(); }
 
 /// The fp64 reference on exactly the kernel's (quantised) inputs, widened.
 Results gold(const Data& d) {
@@ -122,9 +99,7 @@ Results gold(const Data& d) {
     r.A_log = to_f64(a.A_log);
     r.dt_bias = to_f64(a.dt_bias);
     r.h0 = to_f64(a.h0);
-    if (a.cu_seqlens.defined())
-        r.cu_seqlens.assign(a.cu_seqlens.data_ptr<int64_t>(),
-                            a.cu_seqlens.data_ptr<int64_t>() + a.cu_seqlens.numel());
+    r.cu_seqlens = cu_vector(a.cu_seqlens);
     r.scale = a.scale;
     r.use_qk_l2norm_in_kernel = a.use_qk_l2norm_in_kernel;
     r.use_gate_in_kernel = a.use_gate_in_kernel;
@@ -132,7 +107,10 @@ Results gold(const Data& d) {
     r.allow_neg_eigval = a.allow_neg_eigval;
     const ref::GatedDeltaRuleOutputs f = ref::gated_delta_rule_fwd(r);
     const ref::GatedDeltaRuleGrads g = ref::gated_delta_rule_bwd(r, to_f64(d.d_o), to_f64(d.dht));
-    return {f.o, f.ht, g.dq, g.dk, g.dv, g.dg, g.dbeta, g.dA_log, g.ddt_bias, g.dh0};
+    return {{"o", f.o},         {"ht", f.ht},         {"dq", g.dq},
+            {"dk", g.dk},       {"dv", g.dv},         {"dg", g.dg},
+            {"dbeta", g.dbeta}, {"dA_log", g.dA_log}, {"ddt_bias", g.ddt_bias},
+            {"dh0", g.dh0}};
 }
 
 /// Forward and backward of one variant; results in the layout they came back in.
@@ -143,25 +121,13 @@ Results run(const std::string& variant, const GatedDeltaRuleArgs& a, const at::T
         chunk ? gated_delta_rule_chunk_fwd_cpu(a) : gated_delta_rule_recurrent_fwd_cpu(a);
     const GatedDeltaRuleGrads g = chunk ? gated_delta_rule_chunk_bwd_cpu(a, d_o, dht)
                                         : gated_delta_rule_recurrent_bwd_cpu(a, d_o, dht);
-    return {f.o, f.ht, g.dq, g.dk, g.dv, g.dg, g.dbeta, g.dA_log, g.ddt_bias, g.dh0};
+    return {{"o", f.o},         {"ht", f.ht},         {"dq", g.dq},
+            {"dk", g.dk},       {"dv", g.dv},         {"dg", g.dg},
+            {"dbeta", g.dbeta}, {"dA_log", g.dA_log}, {"ddt_bias", g.ddt_bias},
+            {"dh0", g.dh0}};
 }
-
-/// ‖x − ref‖₂ / ‖ref‖₂, on fp64 copies.
-double rel_rmse(const at::Tensor& x, const at::Tensor& ref) {
-    const at::Tensor r = ref.to(at::kDouble);
-    return (x.to(at::kDouble) - r).norm().item<double>() / r.norm().item<double>();
-}
-
-bool all_finite(const at::Tensor& x) { return at::isfinite(x).all().item<bool>(); }
-
-std::string dtype_str(c10::ScalarType t) { return scalar_type_name(t); }
 
 // ---- against the fp64 reference ----
-
-/// rel_rmse bounds per tensor group.
-struct Bounds {
-    double o, ht, dqkv, dh0, gate;  // gate: dg, dbeta, dA_log, ddt_bias
-};
 
 // Bounds on rel_rmse at B=2 T=1024 H=HV=4 K=V=64, randn q, v, h0, k L2-normalised before
 // quantising, g = logsigmoid(randn) and β ~ U[0, 1) in fp32. Measured on x86-64 (LibTorch CPU),
@@ -177,8 +143,9 @@ struct Bounds {
 // adds the stored WY inverse, w, u, v_new, decayed v_new and scores, as FLA's kernels do. FLA
 // measured its own chunk GDN forward against fp64 at 3.8e-3 (o) and 3.0e-3 (final state) with
 // bf16 chunk states (NUMERICS.md).
-// bf16 inputs: FLA's acceptance (fla-ops §2, §4.6) as lav's table has it — o and final state
-// 5e-3, dq/dk/dv/dh0 8e-3, gate and β gradients 2e-2.
+// bf16 inputs: FLA's acceptance (assert_close of fla/utils/_testing.py in its
+// tests/ops/test_gdn.py) as lav's table has it — o and final state 5e-3, dq/dk/dv/dh0 8e-3,
+// gate and β gradients 2e-2.
 constexpr Bounds kBf16Bounds = {5e-3, 5e-3, 8e-3, 8e-3, 2e-2};
 // fp16 inputs, fp32 state: fp16's epsilon is 8x smaller than bf16's and so are the measured
 // errors; the bound takes half of that factor, leaving 2x of margin.
@@ -193,83 +160,40 @@ constexpr Bounds kFp32Bounds = {1e-5, 1e-5, 1e-5, 1e-5, 1e-4};
 // gradient, so every input dtype gets the bf16 table.
 constexpr Bounds kBf16StateBounds = kBf16Bounds;
 
-Bounds bounds_for(c10::ScalarType in, c10::ScalarType state) {
-    if (state != at::kFloat) return kBf16StateBounds;
-    if (in == at::kHalf) return kFp16Bounds;
-    return in == at::kFloat ? kFp32Bounds : kBf16Bounds;
-}
-
-double bound_of(const Bounds& b, const std::string& name) {
-    if (name == "o") return b.o;
-    if (name == "ht") return b.ht;
-    if (name == "dh0") return b.dh0;
-    if (name == "dq" || name == "dk" || name == "dv") return b.dqkv;
-    return b.gate;
-}
+constexpr BoundsTable kBounds = {kBf16Bounds, kFp16Bounds, kFp32Bounds, kBf16StateBounds};
 
 /// Runs one variant, checks every result the reference has against `bounds` (no NaN, the
 /// results the case lacks stay undefined) and prints the measured row.
 void check_against(const std::string& label, const std::string& variant, const Data& data,
                    const Results& ref, const Bounds& bounds) {
-    const auto start = std::chrono::steady_clock::now();
-    const Results got = run(variant, data.args, data.d_o, data.dht);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::string line = variant + " " + label + ":";
-    for (const std::string& name : kNames) {
-        const at::Tensor& x = get(got, name);
-        ASSERT_EQ(x.defined(), get(ref, name).defined()) << variant << " " << name;
-        if (!x.defined()) continue;
-        EXPECT_TRUE(all_finite(x)) << variant << " " << name << " has NaN or Inf";
-        const double err = rel_rmse(x, get(ref, name));
-        EXPECT_LT(err, bound_of(bounds, name)) << variant << " " << name;
-        char cell[48];
-        std::snprintf(cell, sizeof cell, " %s %.2e", name.c_str(), err);
-        line += cell;
-    }
-    char timing[48];
-    std::snprintf(timing, sizeof timing, "  (fwd+bwd %.3f s)", seconds);
-    std::printf("[ rel_rmse ] %s%s\n", line.c_str(), timing);
+    const auto [got, seconds] = timed([&] { return run(variant, data.args, data.d_o, data.dht); });
+    const std::string what = variant + " " + label;
+    print_row(what, check_row(what, got, ref, by_group(bounds)), seconds);
 }
 
-using RefParam = std::tuple<std::string, c10::ScalarType, c10::ScalarType>;
+// one reference per (input, state) dtype pair, shared by both variants
+const std::pair<Data, Results>& case_for(c10::ScalarType in, c10::ScalarType state) {
+    return memoize(std::make_pair(in, state), [&] {
+        Case s;
+        s.in = in;
+        s.state = state;
+        Data d = make_data(s);
+        Results g = gold(d);
+        return std::make_pair(std::move(d), std::move(g));
+    });
+}
 
-class GatedDeltaRuleCpuVsReference : public testing::TestWithParam<RefParam> {
-  protected:
-    // one reference per (input, state) dtype pair, shared by both variants
-    static const std::pair<Data, Results>& case_for(c10::ScalarType in, c10::ScalarType state) {
-        static std::map<std::pair<c10::ScalarType, c10::ScalarType>, std::pair<Data, Results>>
-            cache;
-        const auto key = std::make_pair(in, state);
-        auto it = cache.find(key);
-        if (it == cache.end()) {
-            Case s;
-            s.in = in;
-            s.state = state;
-            Data d = make_data(s);
-            Results g = gold(d);
-            it = cache.emplace(key, std::make_pair(std::move(d), std::move(g))).first;
-        }
-        return it->second;
-    }
-};
+class GatedDeltaRuleCpuVsReference : public testing::TestWithParam<VariantDtypes> {};
 
 TEST_P(GatedDeltaRuleCpuVsReference, WithinBounds) {
     const auto& [variant, in, state] = GetParam();
     const auto& [data, ref] = case_for(in, state);
     check_against("in " + dtype_str(in) + " state " + dtype_str(state), variant, data, ref,
-                  bounds_for(in, state));
+                  bounds_for(kBounds, in, state));
 }
 
-INSTANTIATE_TEST_SUITE_P(B2T1024H4K64, GatedDeltaRuleCpuVsReference,
-                         testing::Combine(testing::Values("chunk", "recurrent"),
-                                          testing::Values(at::kBFloat16, at::kHalf, at::kFloat),
-                                          testing::Values(at::kFloat, at::kBFloat16)),
-                         [](const testing::TestParamInfo<RefParam>& info) {
-                             return std::get<0>(info.param) + "_" +
-                                    dtype_str(std::get<1>(info.param)) + "_state" +
-                                    dtype_str(std::get<2>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(B2T1024H4K64, GatedDeltaRuleCpuVsReference, variant_dtype_grid(),
+                         variant_dtype_name);
 
 // Every in-kernel option at once (l2norm, gate, β = 2 sigmoid) with GVA (HV = 2H), bf16 inputs.
 // The chunk variant also stores the normalised q̂, k̂ in bf16 (FLA's l2norm_fwd writes x's dtype).
@@ -332,8 +256,8 @@ TEST(GatedDeltaRuleCpu, SingleStepMatchesReference) {
 
 // g = 0 is the delta rule without decay; over T = 4096 the state must stay bounded and finite.
 // Measured at B1 T4096 H2 K=V=64 bf16 (chunk): o 4.4e-3, ht 4.0e-3, dq/dk/dv 4.5e-3, dg 4.9e-3,
-// dβ 2.8e-3, dh0 2.0e-3. FLA's CI passes anything below 1e-2 (fla-ops §2.1); what this case
-// must show is no NaN.
+// dβ 2.8e-3, dh0 2.0e-3. FLA's CI passes anything below 1e-2 (assert_close with FLA_CI_ENV,
+// fla/utils/_testing.py); what this case must show is no NaN.
 TEST(GatedDeltaRuleCpu, ZeroGateOverLongSequenceStaysFinite) {
     Case s;
     s.B = 1;
@@ -364,11 +288,7 @@ Case small_case() {
     return s;
 }
 
-/// [B, T, H, ...] -> [B, H, T, ...], physically.
-at::Tensor to_head_first(const at::Tensor& x) { return x.transpose(1, 2).contiguous(); }
-
 const std::vector<std::string> kTimeMajor = {"o", "dq", "dk", "dv", "dg", "dbeta"};
-const std::vector<std::string> kNotTimeMajor = {"ht", "dh0", "dA_log", "ddt_bias"};
 
 TEST(GatedDeltaRuleCpu, HeadFirstMatchesHeadLastBitwise) {
     const Data hl = make_data(small_case());
@@ -384,14 +304,10 @@ TEST(GatedDeltaRuleCpu, HeadFirstMatchesHeadLastBitwise) {
         const Results a = run(variant, hl.args, hl.d_o, hl.dht);
         const Results b = run(variant, hf.args, hf.d_o, hf.dht);
         // outputs come back in the inputs' layout
-        EXPECT_EQ(b.o.sizes(), hf.args.v.sizes()) << variant;
-        EXPECT_EQ(b.dq.sizes(), hf.args.q.sizes()) << variant;
-        EXPECT_EQ(b.dg.sizes(), hf.args.g.sizes()) << variant;
-        for (const std::string& name : kTimeMajor)
-            EXPECT_TRUE(at::equal(get(a, name), to_head_last(get(b, name), Layout::head_first)))
-                << variant << " " << name;
-        for (const std::string& name : kNotTimeMajor)
-            EXPECT_TRUE(at::equal(get(a, name), get(b, name))) << variant << " " << name;
+        EXPECT_EQ(b["o"].sizes(), hf.args.v.sizes()) << variant;
+        EXPECT_EQ(b["dq"].sizes(), hf.args.q.sizes()) << variant;
+        EXPECT_EQ(b["dg"].sizes(), hf.args.g.sizes()) << variant;
+        expect_head_first_equal(variant, a, b, kTimeMajor);
     }
 }
 
@@ -404,34 +320,24 @@ TEST(GatedDeltaRuleCpu, VarlenMatchesSequencesRunAloneBitwise) {
     const Data batch = make_data(s);
     for (const std::string variant : {"chunk", "recurrent"}) {
         const Results all = run(variant, batch.args, batch.d_o, batch.dht);
-        for (const std::string& name : kNames)
-            EXPECT_TRUE(all_finite(get(all, name))) << variant << " " << name;
-        at::Tensor dA_log_sum = at::zeros_like(all.dA_log, at::kDouble);
-        for (size_t i = 0; i + 1 < s.cu.size(); ++i) {
-            const int64_t b0 = s.cu[i], b1 = s.cu[i + 1];
-            const auto seq = [&](const at::Tensor& x) { return x.slice(1, b0, b1).contiguous(); };
-            const auto row = [&](const at::Tensor& x) {
-                return x.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1).clone();
-            };
+        expect_all_finite(variant, all);
+        at::Tensor dA_log_sum = at::zeros_like(all["dA_log"], at::kDouble);
+        const auto run_alone = [&](const Sequence& seq) {
             GatedDeltaRuleArgs one = batch.args;
             one.cu_seqlens = at::Tensor();
-            one.q = seq(batch.args.q);
-            one.k = seq(batch.args.k);
-            one.v = seq(batch.args.v);
-            one.g = seq(batch.args.g);
-            one.beta = seq(batch.args.beta);
-            one.h0 = row(batch.args.h0);
-            const Results alone = run(variant, one, seq(batch.d_o), row(batch.dht));
-            for (const std::string& name : kTimeMajor)
-                EXPECT_TRUE(at::equal(get(alone, name), seq(get(all, name))))
-                    << variant << " sequence " << i << " " << name;
-            for (const std::string name : {"ht", "dh0"})
-                EXPECT_TRUE(at::equal(get(alone, name), row(get(all, name))))
-                    << variant << " sequence " << i << " " << name;
-            dA_log_sum += alone.dA_log.to(at::kDouble);
-        }
+            one.q = seq_rows(batch.args.q, seq);
+            one.k = seq_rows(batch.args.k, seq);
+            one.v = seq_rows(batch.args.v, seq);
+            one.g = seq_rows(batch.args.g, seq);
+            one.beta = seq_rows(batch.args.beta, seq);
+            one.h0 = state_row(batch.args.h0, seq);
+            Results alone = run(variant, one, seq_rows(batch.d_o, seq), state_row(batch.dht, seq));
+            dA_log_sum += alone["dA_log"].to(at::kDouble);
+            return alone;
+        };
+        expect_varlen_matches_alone(variant, s.cu, all, run_alone, kTimeMajor);
         // the per-head parameters' gradients are sums over every sequence
-        EXPECT_LT(rel_rmse(all.dA_log, dA_log_sum), 1e-6) << variant;
+        EXPECT_LT(rel_rmse(all["dA_log"], dA_log_sum), 1e-6) << variant;
     }
 }
 
@@ -453,24 +359,13 @@ TEST(GatedDeltaRuleCpu, ChunkSizesAgreeToFp32Rounding) {
     s.T = 250;
     s.chunk = 64;
     const Data d = make_data(s);
-    const Results base = run("chunk", d.args, d.d_o, d.dht);
-    for (const int64_t chunk : {16, 32}) {
-        Data other = d;
-        other.args.chunk_size = chunk;
-        const Results got = run("chunk", other.args, other.d_o, other.dht);
-        for (const std::string& name : kNames) {
-            const double err = rel_rmse(get(got, name), get(base, name));
-            EXPECT_LT(err, bound_of(kFp32Bounds, name)) << "chunk " << chunk << " " << name;
-            // a different summation order must show up, or the chunk size was ignored
-            if (name == "o") {
-                EXPECT_GT(err, 0.0) << "chunk " << chunk;
-            }
-        }
-    }
-    const Results recurrent = run("recurrent", d.args, d.d_o, d.dht);
-    for (const std::string& name : kNames)
-        EXPECT_LT(rel_rmse(get(recurrent, name), get(base, name)), bound_of(kFp32Bounds, name))
-            << "recurrent " << name;
+    const auto run_chunk = [&](int64_t chunk) {
+        GatedDeltaRuleArgs a = d.args;
+        a.chunk_size = chunk;
+        return run("chunk", a, d.d_o, d.dht);
+    };
+    expect_chunk_sizes_agree(run("chunk", d.args, d.d_o, d.dht), {16, 32}, run_chunk,
+                             run("recurrent", d.args, d.d_o, d.dht), by_group(kFp32Bounds));
 }
 
 TEST(GatedDeltaRuleCpu, RejectsBadArguments) {
@@ -511,17 +406,13 @@ TEST(GatedDeltaRuleCpu, ResultsHaveTheContractsDtypes) {
         EXPECT_EQ(fwd.dtype_of("q, k, v"), DType::fp16);
         EXPECT_EQ(fwd.dtype_of("accumulator"), DType::fp32);
         const Results got = run(variant, d.args, d.d_o, d.dht);
-        for (const std::string& name : kNames) {
-            const PrecisionContract& c = name == "o" || name == "ht" ? fwd : bwd;
-            EXPECT_EQ(get(got, name).scalar_type(), to_scalar_type(c.dtype_of(name)))
-                << variant << " " << name;
-        }
-        EXPECT_EQ(got.o.scalar_type(), at::kFloat);
-        EXPECT_EQ(got.ht.scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got.dq.scalar_type(), at::kHalf);
-        EXPECT_EQ(got.dg.scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got.dA_log.scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got.dh0.scalar_type(), at::kBFloat16);
+        expect_contract_dtypes(variant, got, fwd, bwd);
+        EXPECT_EQ(got["o"].scalar_type(), at::kFloat);
+        EXPECT_EQ(got["ht"].scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got["dq"].scalar_type(), at::kHalf);
+        EXPECT_EQ(got["dg"].scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got["dA_log"].scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got["dh0"].scalar_type(), at::kBFloat16);
     }
     const PrecisionContract chunk = gated_delta_rule_contract("chunk", true, d.args);
     EXPECT_EQ(chunk.dtype_of("chunk states h"), DType::bf16);
@@ -546,8 +437,8 @@ TEST(GatedDeltaRuleCpu, ContractNamesOnlyWhatTheCaseHas) {
     EXPECT_EQ(c.dtype_of("dbeta"), DType::fp32);
     EXPECT_THROW(gated_delta_rule_contract("fused", false, d.args), ShapeError);
     const Results got = run("chunk", d.args, d.d_o, d.dht);
-    EXPECT_FALSE(got.dA_log.defined());
-    EXPECT_FALSE(got.dh0.defined());
+    EXPECT_FALSE(got["dA_log"].defined());
+    EXPECT_FALSE(got["dh0"].defined());
 }
 
 }  // namespace

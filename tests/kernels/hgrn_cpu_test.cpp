@@ -1,16 +1,13 @@
 // tests/kernels/hgrn_cpu_test.cpp — hgrn's CPU backend against the fp64 reference, and its
 // invariances: layouts, varlen, chunk sizes, contract dtypes, poisoning. Not a bench.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <cstdio>
-#include <map>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "common/family_test.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/hgrn/hgrn.h"
@@ -18,6 +15,8 @@
 
 namespace lav::kernels {
 namespace {
+
+using namespace lav::test;
 
 /// One test problem; tensors are drawn in fp64 and quantised to these dtypes. D = H·K.
 struct Case {
@@ -43,49 +42,29 @@ struct Data {
     at::Tensor dht;  // [N, H, K] in the state dtype; undefined: zeros
 };
 
-/// Every result of a forward and a backward, kernel or reference.
-struct Results {
-    at::Tensor o, ht, dx, dg, dh0;
-};
-
-const std::vector<std::string> kNames = {"o", "ht", "dx", "dg", "dh0"};
-
-const at::Tensor& get(const Results& r, const std::string& name) {
-    static const std::map<std::string, at::Tensor Results::*> members = {{"o", &Results::o},
-                                                                         {"ht", &Results::ht},
-                                                                         {"dx", &Results::dx},
-                                                                         {"dg", &Results::dg},
-                                                                         {"dh0", &Results::dh0}};
-    return r.*members.at(name);
-}
-
 Data make_data(const Case& s) {
-    at::Generator gen = at::detail::createCPUGenerator(s.seed);
-    const auto randn = [&](at::IntArrayRef sizes) { return at::randn(sizes, gen, at::kDouble); };
-    const int64_t N = s.cu.empty() ? s.B : static_cast<int64_t>(s.cu.size()) - 1;
+    Draw draw(s.seed);
+    const int64_t N = num_sequences(s.B, s.cu);
     Data d;
     HgrnArgs& a = d.args;
-    at::Tensor x = randn({s.B, s.T, s.H, s.K});             // [B, T, H, K]
-    const at::Tensor logits = randn({s.B, s.T, s.H, s.K});  // [B, T, H, K]
-    at::Tensor g = at::log_sigmoid(logits);                 // [B, T, H, K]
+    at::Tensor x = draw.randn({s.B, s.T, s.H, s.K});             // [B, T, H, K]
+    const at::Tensor logits = draw.randn({s.B, s.T, s.H, s.K});  // [B, T, H, K]
+    at::Tensor g = at::log_sigmoid(logits);                      // [B, T, H, K]
     if (s.gate_normalizer == 0.0)
         x = x * (1.0 - at::sigmoid(logits));
     else
         g = g / s.gate_normalizer;
     a.x = x.to(s.in);
     a.g = g.to(s.gate_dtype);
-    if (s.h0) a.h0 = randn({N, s.H, s.K}).to(s.state);  // [N, H, K]
-    if (!s.cu.empty()) a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(s.cu), at::kLong);
+    if (s.h0) a.h0 = draw.randn({N, s.H, s.K}, s.state);  // [N, H, K]
+    a.cu_seqlens = cu_tensor(s.cu);
     a.state_dtype = s.state;
     a.output_dtype = s.out;
     a.chunk_size = s.chunk;
-    const c10::ScalarType out = s.out == c10::ScalarType::Undefined ? s.in : s.out;
-    d.d_o = randn({s.B, s.T, s.H, s.K}).to(out);          // [B, T, H, K]
-    if (s.dht) d.dht = randn({N, s.H, s.K}).to(s.state);  // [N, H, K]
+    d.d_o = draw.randn({s.B, s.T, s.H, s.K}, output_dtype(s.out, s.in));  // [B, T, H, K]
+    if (s.dht) d.dht = draw.randn({N, s.H, s.K}, s.state);                // [N, H, K]
     return d;
 }
-
-at::Tensor to_f64(const at::Tensor& x) { return x.defined() ? x.to(at::kDouble) : at::Tensor(); }
 
 /// The fp64 reference on exactly the kernel's (quantised) inputs, widened.
 Results gold(const Data& d) {
@@ -93,13 +72,10 @@ Results gold(const Data& d) {
     r.x = to_f64(d.args.x);
     r.g = to_f64(d.args.g);
     r.h0 = to_f64(d.args.h0);
-    if (d.args.cu_seqlens.defined()) {
-        const at::Tensor cu = d.args.cu_seqlens;
-        r.cu_seqlens.assign(cu.data_ptr<int64_t>(), cu.data_ptr<int64_t>() + cu.numel());
-    }
+    r.cu_seqlens = cu_vector(d.args.cu_seqlens);
     const ref::HgrnOutputs f = ref::hgrn_fwd(r);
     const ref::HgrnGrads g = ref::hgrn_bwd(r, to_f64(d.d_o), to_f64(d.dht));
-    return {f.o, f.ht, g.dx, g.dg, g.dh0};
+    return {{"o", f.o}, {"ht", f.ht}, {"dx", g.dx}, {"dg", g.dg}, {"dh0", g.dh0}};
 }
 
 /// Forward and backward of one variant; results in the layout they came back in.
@@ -109,25 +85,10 @@ Results run(const std::string& variant, const HgrnArgs& a, const at::Tensor& d_o
     const HgrnFwd f = chunk ? hgrn_chunk_fwd_cpu(a) : hgrn_recurrent_fwd_cpu(a);
     const HgrnGrads g =
         chunk ? hgrn_chunk_bwd_cpu(a, d_o, dht) : hgrn_recurrent_bwd_cpu(a, d_o, dht);
-    return {f.o, f.ht, g.dx, g.dg, g.dh0};
+    return {{"o", f.o}, {"ht", f.ht}, {"dx", g.dx}, {"dg", g.dg}, {"dh0", g.dh0}};
 }
-
-/// ‖x − ref‖₂ / ‖ref‖₂, on fp64 copies.
-double rel_rmse(const at::Tensor& x, const at::Tensor& ref) {
-    const at::Tensor r = ref.to(at::kDouble);
-    return (x.to(at::kDouble) - r).norm().item<double>() / r.norm().item<double>();
-}
-
-bool all_finite(const at::Tensor& x) { return at::isfinite(x).all().item<bool>(); }
-
-std::string dtype_str(c10::ScalarType t) { return scalar_type_name(t); }
 
 // ---- against the fp64 reference ----
-
-/// rel_rmse bounds per tensor group.
-struct Bounds {
-    double o, ht, dx, dh0, dg;
-};
 
 // Bounds on rel_rmse at B=2 T=1024 D=512 (H=4 K=128), FLA's coupled gates, h0 present.
 // Measured on x86-64 (LibTorch CPU, 2 threads), worst of the two variants:
@@ -141,8 +102,9 @@ struct Bounds {
 // Both variants keep every intermediate in fp32, so the error of each tensor is its final
 // rounding alone (1.66e-3 for bf16); with a bf16 state the chunk variant adds the rounded
 // chunk states to o, dx and dg.
-// bf16 inputs, fp32 state: FLA's own acceptance (fla-ops §2, §4.12 uses 5e-3 for every
-// tensor) — o and final state 5e-3, dx/dh0 8e-3, gate grads 2e-2 — met with 3x to spare.
+// bf16 inputs, fp32 state: FLA's own acceptance (assert_close of fla/utils/_testing.py; its
+// tests/ops/test_hgrn.py uses 5e-3 for every tensor) — o and final state 5e-3, dx/dh0 8e-3,
+// gate grads 2e-2 — met with 3x to spare.
 constexpr Bounds kBf16Bounds = {5e-3, 5e-3, 8e-3, 8e-3, 2e-2};
 // fp16 inputs, fp32 state: the same table scaled by fp16's 8x smaller epsilon (2^-10 vs 2^-7);
 // measured errors sit 3x below it.
@@ -154,75 +116,34 @@ constexpr Bounds kFp32Bounds = {1e-5, 1e-5, 1e-5, 1e-5, 1e-5};
 // chunk states feed o and the gradients, so every input dtype gets the bf16 table.
 constexpr Bounds kBf16StateBounds = kBf16Bounds;
 
-Bounds bounds_for(c10::ScalarType in, c10::ScalarType state) {
-    if (state != at::kFloat) return kBf16StateBounds;
-    if (in == at::kHalf) return kFp16Bounds;
-    return in == at::kFloat ? kFp32Bounds : kBf16Bounds;
+constexpr BoundsTable kBounds = {kBf16Bounds, kFp16Bounds, kFp32Bounds, kBf16StateBounds};
+
+// one reference per (input, state) dtype pair, shared by both variants
+const std::pair<Data, Results>& case_for(c10::ScalarType in, c10::ScalarType state) {
+    return memoize(std::make_pair(in, state), [&] {
+        Case s;
+        s.in = in;
+        s.state = state;
+        Data d = make_data(s);
+        Results g = gold(d);
+        return std::make_pair(std::move(d), std::move(g));
+    });
 }
 
-double bound_of(const Bounds& b, const std::string& name) {
-    if (name == "o") return b.o;
-    if (name == "ht") return b.ht;
-    if (name == "dh0") return b.dh0;
-    if (name == "dg") return b.dg;
-    return b.dx;
-}
-
-using RefParam = std::tuple<std::string, c10::ScalarType, c10::ScalarType>;
-
-class HgrnCpuVsReference : public testing::TestWithParam<RefParam> {
-  protected:
-    // one reference per (input, state) dtype pair, shared by both variants
-    static const std::pair<Data, Results>& case_for(c10::ScalarType in, c10::ScalarType state) {
-        static std::map<std::pair<c10::ScalarType, c10::ScalarType>, std::pair<Data, Results>>
-            cache;
-        const auto key = std::make_pair(in, state);
-        auto it = cache.find(key);
-        if (it == cache.end()) {
-            Case s;
-            s.in = in;
-            s.state = state;
-            Data d = make_data(s);
-            Results g = gold(d);
-            it = cache.emplace(key, std::make_pair(std::move(d), std::move(g))).first;
-        }
-        return it->second;
-    }
-};
+class HgrnCpuVsReference : public testing::TestWithParam<VariantDtypes> {};
 
 TEST_P(HgrnCpuVsReference, WithinBounds) {
-    const auto& [variant, in, state] = GetParam();
-    const auto& [data, ref] = case_for(in, state);
-    const auto start = std::chrono::steady_clock::now();
-    const Results got = run(variant, data.args, data.d_o, data.dht);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const Bounds bounds = bounds_for(in, state);
-    std::string line = variant + " in " + dtype_str(in) + " state " + dtype_str(state) + ":";
-    for (const std::string& name : kNames) {
-        const at::Tensor& x = get(got, name);
-        ASSERT_TRUE(x.defined()) << name;
-        EXPECT_TRUE(all_finite(x)) << name << " has NaN or Inf";
-        const double err = rel_rmse(x, get(ref, name));
-        EXPECT_LT(err, bound_of(bounds, name)) << variant << " " << name;
-        char cell[48];
-        std::snprintf(cell, sizeof cell, " %s %.2e", name.c_str(), err);
-        line += cell;
-    }
-    char timing[48];
-    std::snprintf(timing, sizeof timing, "  (fwd+bwd %.3f s)", seconds);
-    std::printf("[ rel_rmse ] %s%s\n", line.c_str(), timing);
+    const auto [variant, in, state] = GetParam();
+    const std::pair<Data, Results>& c = case_for(in, state);
+    const Data& d = c.first;
+    const auto [got, seconds] = timed([&, v = variant] { return run(v, d.args, d.d_o, d.dht); });
+    const std::string what = variant + " in " + dtype_str(in) + " state " + dtype_str(state);
+    print_row(what, check_row(what, got, c.second, by_group(bounds_for(kBounds, in, state))),
+              seconds);
 }
 
-INSTANTIATE_TEST_SUITE_P(B2T1024H4K128, HgrnCpuVsReference,
-                         testing::Combine(testing::Values("chunk", "recurrent"),
-                                          testing::Values(at::kBFloat16, at::kHalf, at::kFloat),
-                                          testing::Values(at::kFloat, at::kBFloat16)),
-                         [](const testing::TestParamInfo<RefParam>& info) {
-                             return std::get<0>(info.param) + "_" +
-                                    dtype_str(std::get<1>(info.param)) + "_state" +
-                                    dtype_str(std::get<2>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(B2T1024H4K128, HgrnCpuVsReference, variant_dtype_grid(),
+                         variant_dtype_name);
 
 // Strong decay (normalizer 0.1: exp(G) underflows inside a 64-row chunk) and weak decay (10:
 // the state is a long running sum), independent x and g, a ragged last chunk and no dht: fp32
@@ -241,13 +162,9 @@ TEST(HgrnCpu, StrongAndWeakDecayMatchReference) {
         const Results ref = gold(d);
         for (const std::string variant : {"chunk", "recurrent"}) {
             const Results got = run(variant, d.args, d.d_o, d.dht);
-            EXPECT_EQ(got.dh0.defined(), s.h0) << variant;
-            for (const std::string& name : kNames) {
-                if (!get(ref, name).defined()) continue;
-                EXPECT_TRUE(all_finite(get(got, name))) << variant << " " << name;
-                EXPECT_LT(rel_rmse(get(got, name), get(ref, name)), 1e-5)
-                    << variant << " " << name << " normalizer " << normalizer;
-            }
+            EXPECT_EQ(got["dh0"].defined(), s.h0) << variant;
+            check_row(variant + " normalizer " + std::to_string(normalizer), got, ref,
+                      flat_bound(1e-5));
         }
     }
 }
@@ -264,9 +181,6 @@ Case small_case() {
     return s;
 }
 
-/// [B, T, H, ...] -> [B, H, T, ...], physically.
-at::Tensor to_head_first(const at::Tensor& x) { return x.transpose(1, 2).contiguous(); }
-
 TEST(HgrnCpu, HeadFirstMatchesHeadLastBitwise) {
     const Data hl = make_data(small_case());
     Data hf = hl;
@@ -278,14 +192,10 @@ TEST(HgrnCpu, HeadFirstMatchesHeadLastBitwise) {
         const Results a = run(variant, hl.args, hl.d_o, hl.dht);
         const Results b = run(variant, hf.args, hf.d_o, hf.dht);
         // outputs come back in the inputs' layout
-        EXPECT_EQ(b.o.sizes(), hf.args.x.sizes()) << variant;
-        EXPECT_EQ(b.dx.sizes(), hf.args.x.sizes()) << variant;
-        EXPECT_EQ(b.dg.sizes(), hf.args.g.sizes()) << variant;
-        for (const std::string name : {"o", "dx", "dg"})
-            EXPECT_TRUE(at::equal(get(a, name), to_head_last(get(b, name), Layout::head_first)))
-                << variant << " " << name;
-        for (const std::string name : {"ht", "dh0"})
-            EXPECT_TRUE(at::equal(get(a, name), get(b, name))) << variant << " " << name;
+        EXPECT_EQ(b["o"].sizes(), hf.args.x.sizes()) << variant;
+        EXPECT_EQ(b["dx"].sizes(), hf.args.x.sizes()) << variant;
+        EXPECT_EQ(b["dg"].sizes(), hf.args.g.sizes()) << variant;
+        expect_head_first_equal(variant, a, b, {"o", "dx", "dg"});
     }
 }
 
@@ -298,30 +208,19 @@ TEST(HgrnCpu, VarlenMatchesSequencesRunAloneBitwise) {
     const Data batch = make_data(s);
     for (const std::string variant : {"chunk", "recurrent"}) {
         const Results all = run(variant, batch.args, batch.d_o, batch.dht);
-        for (const std::string& name : kNames)
-            EXPECT_TRUE(all_finite(get(all, name))) << variant << " " << name;
-        for (size_t i = 0; i + 1 < s.cu.size(); ++i) {
-            const int64_t b0 = s.cu[i], b1 = s.cu[i + 1];
-            const auto seq = [&](const at::Tensor& x) { return x.slice(1, b0, b1).contiguous(); };
-            const auto row = [&](const at::Tensor& x) {
-                return x.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1).clone();
-            };
+        expect_all_finite(variant, all);
+        const auto run_alone = [&](const Sequence& seq) {
             HgrnArgs one = batch.args;
             one.cu_seqlens = at::Tensor();
-            one.x = seq(batch.args.x);
-            one.g = seq(batch.args.g);
-            one.h0 = row(batch.args.h0);
-            const Results alone = run(variant, one, seq(batch.d_o), row(batch.dht));
-            for (const std::string name : {"o", "dx", "dg"})
-                EXPECT_TRUE(at::equal(get(alone, name), seq(get(all, name))))
-                    << variant << " sequence " << i << " " << name;
-            for (const std::string name : {"ht", "dh0"})
-                EXPECT_TRUE(at::equal(get(alone, name), row(get(all, name))))
-                    << variant << " sequence " << i << " " << name;
-        }
+            one.x = seq_rows(batch.args.x, seq);
+            one.g = seq_rows(batch.args.g, seq);
+            one.h0 = state_row(batch.args.h0, seq);
+            return run(variant, one, seq_rows(batch.d_o, seq), state_row(batch.dht, seq));
+        };
+        expect_varlen_matches_alone(variant, s.cu, all, run_alone, {"o", "dx", "dg"});
         // the empty sequence passes h0 to ht and dht to dh0 unchanged
-        EXPECT_TRUE(at::equal(all.ht[0], batch.args.h0[0])) << variant;
-        EXPECT_TRUE(at::equal(all.dh0[0], batch.dht[0])) << variant;
+        EXPECT_TRUE(at::equal(all["ht"][0], batch.args.h0[0])) << variant;
+        EXPECT_TRUE(at::equal(all["dh0"][0], batch.dht[0])) << variant;
     }
 }
 
@@ -333,11 +232,8 @@ TEST(HgrnCpu, VarlenMatchesReference) {
     s.in = at::kFloat;
     const Data d = make_data(s);
     const Results ref = gold(d);
-    for (const std::string variant : {"chunk", "recurrent"}) {
-        const Results got = run(variant, d.args, d.d_o, d.dht);
-        for (const std::string& name : kNames)
-            EXPECT_LT(rel_rmse(get(got, name), get(ref, name)), 1e-5) << variant << " " << name;
-    }
+    for (const std::string variant : {"chunk", "recurrent"})
+        expect_within(variant, run(variant, d.args, d.d_o, d.dht), ref, flat_bound(1e-5));
 }
 
 TEST(HgrnCpu, ChunkSizesAgreeToFp32Rounding) {
@@ -346,23 +242,13 @@ TEST(HgrnCpu, ChunkSizesAgreeToFp32Rounding) {
     s.T = 250;
     s.chunk = 64;
     const Data d = make_data(s);
-    const Results base = run("chunk", d.args, d.d_o, d.dht);
-    for (const int64_t chunk : {1, 16, 32}) {
-        Data other = d;
-        other.args.chunk_size = chunk;
-        const Results got = run("chunk", other.args, other.d_o, other.dht);
-        for (const std::string& name : kNames) {
-            const double err = rel_rmse(get(got, name), get(base, name));
-            EXPECT_LT(err, 1e-5) << "chunk " << chunk << " " << name;
-            // a different summation order must show up, or the chunk size was ignored
-            if (name == "o") {
-                EXPECT_GT(err, 0.0) << "chunk " << chunk;
-            }
-        }
-    }
-    const Results recurrent = run("recurrent", d.args, d.d_o, d.dht);
-    for (const std::string& name : kNames)
-        EXPECT_LT(rel_rmse(get(recurrent, name), get(base, name)), 1e-5) << "recurrent " << name;
+    const auto run_chunk = [&](int64_t chunk) {
+        HgrnArgs a = d.args;
+        a.chunk_size = chunk;
+        return run("chunk", a, d.d_o, d.dht);
+    };
+    expect_chunk_sizes_agree(run("chunk", d.args, d.d_o, d.dht), {1, 16, 32}, run_chunk,
+                             run("recurrent", d.args, d.d_o, d.dht), flat_bound(1e-5));
 }
 
 TEST(HgrnCpu, RejectsChunkSizesThatAreNotPowersOfTwoUpTo64) {
@@ -403,17 +289,13 @@ TEST(HgrnCpu, ResultsHaveTheContractsDtypes) {
         EXPECT_EQ(fwd.dtype_of("g"), DType::bf16);
         EXPECT_EQ(fwd.dtype_of("accumulator"), DType::fp32);
         const Results got = run(variant, d.args, d.d_o, d.dht);
-        for (const std::string& name : kNames) {
-            const PrecisionContract& c = name == "o" || name == "ht" ? fwd : bwd;
-            EXPECT_EQ(get(got, name).scalar_type(), to_scalar_type(c.dtype_of(name)))
-                << variant << " " << name;
-            EXPECT_TRUE(all_finite(get(got, name))) << variant << " " << name;
-        }
-        EXPECT_EQ(got.o.scalar_type(), at::kFloat);
-        EXPECT_EQ(got.ht.scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got.dx.scalar_type(), at::kHalf);
-        EXPECT_EQ(got.dg.scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got.dh0.scalar_type(), at::kBFloat16);
+        expect_contract_dtypes(variant, got, fwd, bwd);
+        expect_all_finite(variant, got);
+        EXPECT_EQ(got["o"].scalar_type(), at::kFloat);
+        EXPECT_EQ(got["ht"].scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got["dx"].scalar_type(), at::kHalf);
+        EXPECT_EQ(got["dg"].scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got["dh0"].scalar_type(), at::kBFloat16);
     }
     const PrecisionContract chunk = hgrn_contract("chunk", true, d.args);
     EXPECT_EQ(chunk.dtype_of("chunk states h"), DType::bf16);
@@ -433,7 +315,7 @@ TEST(HgrnCpu, ContractNamesOnlyTheGradientsItReturns) {
         EXPECT_NE(item.item, "dq");
     }
     const Results got = run("chunk", d.args, d.d_o, d.dht);
-    EXPECT_FALSE(got.dh0.defined());
+    EXPECT_FALSE(got["dh0"].defined());
     EXPECT_THROW(hgrn_contract("fused", false, d.args), ShapeError);
 }
 

@@ -1,18 +1,15 @@
 // tests/kernels/kda_cpu_test.cpp — KDA's CPU backend against the fp64 reference, and its
 // invariances: layouts, varlen, chunk sizes, options, contract dtypes, poisoning. Not a bench.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <map>
 #include <ostream>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "common/family_test.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/kda/kda.h"
@@ -20,6 +17,8 @@
 
 namespace lav::kernels {
 namespace {
+
+using namespace lav::test;
 
 enum class Gate { direct, softplus, lower_bound };
 
@@ -50,66 +49,42 @@ struct Data {
     at::Tensor dht;  // [N, HV, K, V] in the state dtype; undefined: zeros
 };
 
-/// Every result of a forward and a backward, kernel or reference.
-struct Results {
-    at::Tensor o, ht, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0;
-};
-
-const std::vector<std::string> kNames = {"o",  "ht",    "dq",     "dk",       "dv",
-                                         "dg", "dbeta", "dA_log", "ddt_bias", "dh0"};
-
-const at::Tensor& get(const Results& r, const std::string& name) {
-    static const std::map<std::string, at::Tensor Results::*> members = {
-        {"o", &Results::o},         {"ht", &Results::ht},         {"dq", &Results::dq},
-        {"dk", &Results::dk},       {"dv", &Results::dv},         {"dg", &Results::dg},
-        {"dbeta", &Results::dbeta}, {"dA_log", &Results::dA_log}, {"ddt_bias", &Results::ddt_bias},
-        {"dh0", &Results::dh0}};
-    return r.*members.at(name);
-}
-
 // Inputs as FLA's KDA tests draw them: randn q, k, v, h0; g = logsigmoid(randn) / normalizer;
 // β ∈ U[0, 1). Without the in-kernel l2norm, q and k are scaled by K^-1/2 so that ‖k‖ ≈ 1 and
 // the delta rule stays contracting. Raw gates, gate parameters and β logits are randn.
 Data make_data(const Case& s) {
-    at::Generator gen = at::detail::createCPUGenerator(s.seed);
-    const auto randn = [&](at::IntArrayRef sizes, c10::ScalarType dtype, double scale = 1.0) {
-        return (at::randn(sizes, gen, at::kDouble) * scale).to(dtype);
-    };
-    const int64_t N = s.cu.empty() ? s.B : static_cast<int64_t>(s.cu.size()) - 1;
+    Draw draw(s.seed);
+    const int64_t N = num_sequences(s.B, s.cu);
     const double qk_scale = s.l2norm ? 1.0 : 1.0 / std::sqrt(static_cast<double>(s.K));
     Data d;
     KdaArgs& a = d.args;
-    a.q = randn({s.B, s.T, s.H, s.K}, s.in, qk_scale);  // [B, T, H, K]
-    a.k = randn({s.B, s.T, s.H, s.K}, s.in, qk_scale);  // [B, T, H, K]
-    a.v = randn({s.B, s.T, s.HV, s.V}, s.in);           // [B, T, HV, V]
-    const at::Tensor logits = at::randn({s.B, s.T, s.HV, s.K}, gen, at::kDouble);
+    a.q = draw.randn({s.B, s.T, s.H, s.K}, s.in, qk_scale);  // [B, T, H, K]
+    a.k = draw.randn({s.B, s.T, s.H, s.K}, s.in, qk_scale);  // [B, T, H, K]
+    a.v = draw.randn({s.B, s.T, s.HV, s.V}, s.in);           // [B, T, HV, V]
+    const at::Tensor logits = draw.randn({s.B, s.T, s.HV, s.K});
     a.g = (s.gate == Gate::direct ? at::log_sigmoid(logits) / s.gate_normalizer : logits)
               .to(s.gate_dtype);  // [B, T, HV, K]
     if (s.gate != Gate::direct) {
         a.use_gate_in_kernel = true;
-        a.A_log = randn({s.HV}, s.gate_dtype, 0.5);     // [HV]
-        a.dt_bias = randn({s.HV * s.K}, s.gate_dtype);  // [HV * K]
+        a.A_log = draw.randn({s.HV}, s.gate_dtype, 0.5);     // [HV]
+        a.dt_bias = draw.randn({s.HV * s.K}, s.gate_dtype);  // [HV * K]
         if (s.gate == Gate::lower_bound) a.lower_bound = -5.0;
     }
-    a.beta = (s.beta_sigmoid ? at::randn({s.B, s.T, s.HV}, gen, at::kDouble)
-                             : at::rand({s.B, s.T, s.HV}, gen, at::kDouble))
-                 .to(s.gate_dtype);  // [B, T, HV]
+    a.beta = s.beta_sigmoid ? draw.randn({s.B, s.T, s.HV}, s.gate_dtype)
+                            : draw.rand({s.B, s.T, s.HV}, s.gate_dtype);  // [B, T, HV]
     a.use_qk_l2norm_in_kernel = s.l2norm;
     a.use_beta_sigmoid_in_kernel = s.beta_sigmoid;
     a.allow_neg_eigval = s.neg_eigval;
-    if (s.h0) a.h0 = randn({N, s.HV, s.K, s.V}, s.state);  // [N, HV, K, V]
-    if (!s.cu.empty()) a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(s.cu), at::kLong);
+    if (s.h0) a.h0 = draw.randn({N, s.HV, s.K, s.V}, s.state);  // [N, HV, K, V]
+    a.cu_seqlens = cu_tensor(s.cu);
     a.scale = s.scale;
     a.state_dtype = s.state;
     a.output_dtype = s.out;
     a.chunk_size = s.chunk;
-    const c10::ScalarType out = s.out == c10::ScalarType::Undefined ? s.in : s.out;
-    d.d_o = randn({s.B, s.T, s.HV, s.V}, out);               // [B, T, HV, V]
-    if (s.dht) d.dht = randn({N, s.HV, s.K, s.V}, s.state);  // [N, HV, K, V]
+    d.d_o = draw.randn({s.B, s.T, s.HV, s.V}, output_dtype(s.out, s.in));  // [B, T, HV, V]
+    if (s.dht) d.dht = draw.randn({N, s.HV, s.K, s.V}, s.state);           // [N, HV, K, V]
     return d;
 }
-
-at::Tensor to_f64(const at::Tensor& x) { return x.defined() ? x.to(at::kDouble) : at::Tensor(); }
 
 /// The fp64 reference on exactly the kernel's (quantised) inputs, widened.
 Results gold(const Data& d) {
@@ -123,9 +98,7 @@ Results gold(const Data& d) {
     r.A_log = to_f64(a.A_log);
     r.dt_bias = to_f64(a.dt_bias);
     r.h0 = to_f64(a.h0);
-    if (a.cu_seqlens.defined())
-        r.cu_seqlens.assign(a.cu_seqlens.data_ptr<int64_t>(),
-                            a.cu_seqlens.data_ptr<int64_t>() + a.cu_seqlens.numel());
+    r.cu_seqlens = cu_vector(a.cu_seqlens);
     r.scale = a.scale;
     r.use_qk_l2norm_in_kernel = a.use_qk_l2norm_in_kernel;
     r.use_gate_in_kernel = a.use_gate_in_kernel;
@@ -134,7 +107,10 @@ Results gold(const Data& d) {
     r.allow_neg_eigval = a.allow_neg_eigval;
     const ref::KdaOutputs f = ref::kda_fwd(r);
     const ref::KdaGrads g = ref::kda_bwd(r, to_f64(d.d_o), to_f64(d.dht));
-    return {f.o, f.ht, g.dq, g.dk, g.dv, g.dg, g.dbeta, g.dA_log, g.ddt_bias, g.dh0};
+    return {{"o", f.o},         {"ht", f.ht},         {"dq", g.dq},
+            {"dk", g.dk},       {"dv", g.dv},         {"dg", g.dg},
+            {"dbeta", g.dbeta}, {"dA_log", g.dA_log}, {"ddt_bias", g.ddt_bias},
+            {"dh0", g.dh0}};
 }
 
 /// Forward and backward of one variant; results in the layout they came back in.
@@ -143,46 +119,13 @@ Results run(const std::string& variant, const KdaArgs& a, const at::Tensor& d_o,
     const bool chunk = variant == "chunk";
     const KdaFwd f = chunk ? kda_chunk_fwd_cpu(a) : kda_recurrent_fwd_cpu(a);
     const KdaGrads g = chunk ? kda_chunk_bwd_cpu(a, d_o, dht) : kda_recurrent_bwd_cpu(a, d_o, dht);
-    return {f.o, f.ht, g.dq, g.dk, g.dv, g.dg, g.dbeta, g.dA_log, g.ddt_bias, g.dh0};
-}
-
-/// ‖x − ref‖₂ / ‖ref‖₂, on fp64 copies.
-double rel_rmse(const at::Tensor& x, const at::Tensor& ref) {
-    const at::Tensor r = ref.to(at::kDouble);
-    return (x.to(at::kDouble) - r).norm().item<double>() / r.norm().item<double>();
-}
-
-bool all_finite(const at::Tensor& x) { return at::isfinite(x).all().item<bool>(); }
-
-std::string dtype_str(c10::ScalarType t) { return scalar_type_name(t); }
-
-/// "name err" cells for a printed table row; checks each result is finite and, if `bound_of`
-/// gives a bound, under it.
-template <typename BoundFn>
-std::string check_against(const std::string& what, const Results& got, const Results& ref,
-                          const BoundFn& bound_of) {
-    std::string line;
-    for (const std::string& name : kNames) {
-        const at::Tensor& r = get(ref, name);
-        const at::Tensor& x = get(got, name);
-        EXPECT_EQ(x.defined(), r.defined()) << what << " " << name;
-        if (!r.defined() || !x.defined()) continue;
-        EXPECT_TRUE(all_finite(x)) << what << " " << name << " has NaN or Inf";
-        const double err = rel_rmse(x, r);
-        EXPECT_LT(err, bound_of(name)) << what << " " << name;
-        char cell[48];
-        std::snprintf(cell, sizeof cell, " %s %.2e", name.c_str(), err);
-        line += cell;
-    }
-    return line;
+    return {{"o", f.o},         {"ht", f.ht},         {"dq", g.dq},
+            {"dk", g.dk},       {"dv", g.dv},         {"dg", g.dg},
+            {"dbeta", g.dbeta}, {"dA_log", g.dA_log}, {"ddt_bias", g.ddt_bias},
+            {"dh0", g.dh0}};
 }
 
 // ---- against the fp64 reference ----
-
-/// rel_rmse bounds per tensor group.
-struct Bounds {
-    double o, ht, dqkv, dh0, gate;
-};
 
 // Bounds on rel_rmse at B=2 T=1024 H=4 K=V=64, q, k l2-normalised in kernel, g =
 // logsigmoid(randn) and β ∈ U[0, 1) in fp32, randn v, h0, d_o, dht. Measured on x86-64
@@ -197,8 +140,8 @@ struct Bounds {
 // The worst is always the chunk variant, whose contract rounds the inverse, w, u, kg, v_new,
 // A_qk and qg to the input dtype (as FLA's kernels store them); its o sits at 0.8 of the bound.
 // The recurrent variant's error is each result's final rounding (1.66e-3 for bf16).
-// bf16 inputs, fp32 state: FLA's own acceptance for chunk_kda (fla-ops §4.7) — o and final
-// state 5e-3, dq/dk/dv/dh0 8e-3, gate and beta grads 2e-2.
+// bf16 inputs, fp32 state: FLA's own acceptance for chunk_kda (its tests/ops/test_kda.py) — o
+// and final state 5e-3, dq/dk/dv/dh0 8e-3, gate and beta grads 2e-2.
 constexpr Bounds kBf16Bounds = {5e-3, 5e-3, 8e-3, 8e-3, 2e-2};
 // fp16 inputs, fp32 state: the same table scaled by fp16's 8x smaller epsilon (2^-10 vs 2^-7).
 constexpr Bounds kFp16Bounds = {5e-3 / 8, 5e-3 / 8, 8e-3 / 8, 8e-3 / 8, 2e-2 / 8};
@@ -209,65 +152,33 @@ constexpr Bounds kFp32Bounds = {1e-5, 1e-5, 1e-5, 1e-5, 1e-5};
 // states feed o and the gradients, so every input dtype gets the bf16 table.
 constexpr Bounds kBf16StateBounds = kBf16Bounds;
 
-Bounds bounds_for(c10::ScalarType in, c10::ScalarType state) {
-    if (state != at::kFloat) return kBf16StateBounds;
-    if (in == at::kHalf) return kFp16Bounds;
-    return in == at::kFloat ? kFp32Bounds : kBf16Bounds;
+constexpr BoundsTable kBounds = {kBf16Bounds, kFp16Bounds, kFp32Bounds, kBf16StateBounds};
+
+// one reference per (input, state) dtype pair, shared by both variants
+const std::pair<Data, Results>& case_for(c10::ScalarType in, c10::ScalarType state) {
+    return memoize(std::make_pair(in, state), [&] {
+        Case s;
+        s.in = in;
+        s.state = state;
+        Data d = make_data(s);
+        Results g = gold(d);
+        return std::make_pair(std::move(d), std::move(g));
+    });
 }
 
-double bound_of(const Bounds& b, const std::string& name) {
-    if (name == "o") return b.o;
-    if (name == "ht") return b.ht;
-    if (name == "dh0") return b.dh0;
-    if (name == "dq" || name == "dk" || name == "dv") return b.dqkv;
-    return b.gate;
-}
-
-using RefParam = std::tuple<std::string, c10::ScalarType, c10::ScalarType>;
-
-class KdaCpuVsReference : public testing::TestWithParam<RefParam> {
-  protected:
-    // one reference per (input, state) dtype pair, shared by both variants
-    static const std::pair<Data, Results>& case_for(c10::ScalarType in, c10::ScalarType state) {
-        static std::map<std::pair<c10::ScalarType, c10::ScalarType>, std::pair<Data, Results>>
-            cache;
-        const auto key = std::make_pair(in, state);
-        auto it = cache.find(key);
-        if (it == cache.end()) {
-            Case s;
-            s.in = in;
-            s.state = state;
-            Data d = make_data(s);
-            Results g = gold(d);
-            it = cache.emplace(key, std::make_pair(std::move(d), std::move(g))).first;
-        }
-        return it->second;
-    }
-};
+class KdaCpuVsReference : public testing::TestWithParam<VariantDtypes> {};
 
 TEST_P(KdaCpuVsReference, WithinBounds) {
-    const auto& [variant, in, state] = GetParam();
-    const auto& [data, ref] = case_for(in, state);
-    const auto start = std::chrono::steady_clock::now();
-    const Results got = run(variant, data.args, data.d_o, data.dht);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const Bounds bounds = bounds_for(in, state);
+    const auto [variant, in, state] = GetParam();
+    const std::pair<Data, Results>& c = case_for(in, state);
+    const Data& d = c.first;
+    const auto [got, seconds] = timed([&, v = variant] { return run(v, d.args, d.d_o, d.dht); });
     const std::string what = variant + " in " + dtype_str(in) + " state " + dtype_str(state);
-    const std::string line = check_against(
-        what, got, ref, [&](const std::string& name) { return bound_of(bounds, name); });
-    std::printf("[ rel_rmse ] %s:%s  (fwd+bwd %.3f s)\n", what.c_str(), line.c_str(), seconds);
+    print_row(what, check_row(what, got, c.second, by_group(bounds_for(kBounds, in, state))),
+              seconds);
 }
 
-INSTANTIATE_TEST_SUITE_P(B2T1024H4K64, KdaCpuVsReference,
-                         testing::Combine(testing::Values("chunk", "recurrent"),
-                                          testing::Values(at::kBFloat16, at::kHalf, at::kFloat),
-                                          testing::Values(at::kFloat, at::kBFloat16)),
-                         [](const testing::TestParamInfo<RefParam>& info) {
-                             return std::get<0>(info.param) + "_" +
-                                    dtype_str(std::get<1>(info.param)) + "_state" +
-                                    dtype_str(std::get<2>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(B2T1024H4K64, KdaCpuVsReference, variant_dtype_grid(), variant_dtype_name);
 
 /// A small problem with GVA (two value heads per key head), K ≠ V and a ragged last chunk.
 Case small_case() {
@@ -320,12 +231,11 @@ TEST_P(KdaCpuOptions, MatchReferenceInFp32) {
     const Data d = make_data(s);
     const Results ref = gold(d);
     for (const std::string variant : {"chunk", "recurrent"}) {
-        const Results got = run(variant, d.args, d.d_o, d.dht);
-        const std::string line =
-            check_against(variant + " " + opt.name, got, ref, [](const std::string& name) {
-                return name == "dA_log" || name == "ddt_bias" ? 1e-4 : 1e-5;
-            });
-        std::printf("[ rel_rmse ] %s %s:%s\n", variant.c_str(), opt.name.c_str(), line.c_str());
+        const std::string what = variant + " " + opt.name;
+        print_row(what, check_row(what, run(variant, d.args, d.d_o, d.dht), ref,
+                                  [](const std::string& name) {
+                                      return name == "dA_log" || name == "ddt_bias" ? 1e-4 : 1e-5;
+                                  }));
     }
 }
 
@@ -343,11 +253,9 @@ TEST(KdaCpu, StrongDecayStaysFiniteAndAccurate) {
     const Data d = make_data(s);
     const Results ref = gold(d);
     for (const std::string variant : {"chunk", "recurrent"}) {
-        const Results got = run(variant, d.args, d.d_o, d.dht);
-        const std::string line =
-            check_against(variant + " strong decay", got, ref,
-                          [](const std::string& name) { return bound_of(kBf16Bounds, name); });
-        std::printf("[ rel_rmse ] %s strong decay:%s\n", variant.c_str(), line.c_str());
+        const std::string what = variant + " strong decay";
+        print_row(what,
+                  check_row(what, run(variant, d.args, d.d_o, d.dht), ref, by_group(kBf16Bounds)));
     }
 }
 
@@ -359,14 +267,10 @@ TEST(KdaCpu, SingleStepMatchesReference) {
     const Data d = make_data(s);
     const Results ref = gold(d);
     for (const std::string variant : {"chunk", "recurrent"})
-        check_against(variant + " T=1", run(variant, d.args, d.d_o, d.dht), ref,
-                      [](const std::string&) { return 1e-5; });
+        check_row(variant + " T=1", run(variant, d.args, d.d_o, d.dht), ref, flat_bound(1e-5));
 }
 
 // ---- invariances ----
-
-/// [B, T, H, ...] -> [B, H, T, ...], physically.
-at::Tensor to_head_first(const at::Tensor& x) { return x.transpose(1, 2).contiguous(); }
 
 TEST(KdaCpu, HeadFirstMatchesHeadLastBitwise) {
     Case s = small_case();
@@ -385,15 +289,11 @@ TEST(KdaCpu, HeadFirstMatchesHeadLastBitwise) {
         const Results a = run(variant, hl.args, hl.d_o, hl.dht);
         const Results b = run(variant, hf.args, hf.d_o, hf.dht);
         // outputs come back in the inputs' layout
-        EXPECT_EQ(b.o.sizes(), hf.args.v.sizes()) << variant;
-        EXPECT_EQ(b.dq.sizes(), hf.args.q.sizes()) << variant;
-        EXPECT_EQ(b.dg.sizes(), hf.args.g.sizes()) << variant;
-        EXPECT_EQ(b.dbeta.sizes(), hf.args.beta.sizes()) << variant;
-        for (const std::string name : {"o", "dq", "dk", "dv", "dg", "dbeta"})
-            EXPECT_TRUE(at::equal(get(a, name), to_head_last(get(b, name), Layout::head_first)))
-                << variant << " " << name;
-        for (const std::string name : {"ht", "dh0", "dA_log", "ddt_bias"})
-            EXPECT_TRUE(at::equal(get(a, name), get(b, name))) << variant << " " << name;
+        EXPECT_EQ(b["o"].sizes(), hf.args.v.sizes()) << variant;
+        EXPECT_EQ(b["dq"].sizes(), hf.args.q.sizes()) << variant;
+        EXPECT_EQ(b["dg"].sizes(), hf.args.g.sizes()) << variant;
+        EXPECT_EQ(b["dbeta"].sizes(), hf.args.beta.sizes()) << variant;
+        expect_head_first_equal(variant, a, b, {"o", "dq", "dk", "dv", "dg", "dbeta"});
     }
 }
 
@@ -407,37 +307,28 @@ TEST(KdaCpu, VarlenMatchesSequencesRunAloneBitwise) {
     const Data batch = make_data(s);
     for (const std::string variant : {"chunk", "recurrent"}) {
         const Results all = run(variant, batch.args, batch.d_o, batch.dht);
-        for (const std::string& name : kNames)
-            EXPECT_TRUE(all_finite(get(all, name))) << variant << " " << name;
-        at::Tensor dA_log_sum = at::zeros_like(all.dA_log, at::kDouble);      // [HV]
-        at::Tensor ddt_bias_sum = at::zeros_like(all.ddt_bias, at::kDouble);  // [HV * K]
-        for (size_t i = 0; i + 1 < s.cu.size(); ++i) {
-            const int64_t b0 = s.cu[i], b1 = s.cu[i + 1];
-            const auto seq = [&](const at::Tensor& x) { return x.slice(1, b0, b1).contiguous(); };
-            const auto row = [&](const at::Tensor& x) {
-                return x.slice(0, static_cast<int64_t>(i), static_cast<int64_t>(i) + 1).clone();
-            };
+        expect_all_finite(variant, all);
+        at::Tensor dA_log_sum = at::zeros_like(all["dA_log"], at::kDouble);      // [HV]
+        at::Tensor ddt_bias_sum = at::zeros_like(all["ddt_bias"], at::kDouble);  // [HV * K]
+        const auto run_alone = [&](const Sequence& seq) {
             KdaArgs one = batch.args;
             one.cu_seqlens = at::Tensor();
-            one.q = seq(batch.args.q);
-            one.k = seq(batch.args.k);
-            one.v = seq(batch.args.v);
-            one.g = seq(batch.args.g);
-            one.beta = seq(batch.args.beta);
-            one.h0 = row(batch.args.h0);
-            const Results alone = run(variant, one, seq(batch.d_o), row(batch.dht));
-            for (const std::string name : {"o", "dq", "dk", "dv", "dg", "dbeta"})
-                EXPECT_TRUE(at::equal(get(alone, name), seq(get(all, name))))
-                    << variant << " sequence " << i << " " << name;
-            for (const std::string name : {"ht", "dh0"})
-                EXPECT_TRUE(at::equal(get(alone, name), row(get(all, name))))
-                    << variant << " sequence " << i << " " << name;
-            dA_log_sum += alone.dA_log.to(at::kDouble);
-            ddt_bias_sum += alone.ddt_bias.to(at::kDouble);
-        }
+            one.q = seq_rows(batch.args.q, seq);
+            one.k = seq_rows(batch.args.k, seq);
+            one.v = seq_rows(batch.args.v, seq);
+            one.g = seq_rows(batch.args.g, seq);
+            one.beta = seq_rows(batch.args.beta, seq);
+            one.h0 = state_row(batch.args.h0, seq);
+            Results alone = run(variant, one, seq_rows(batch.d_o, seq), state_row(batch.dht, seq));
+            dA_log_sum += alone["dA_log"].to(at::kDouble);
+            ddt_bias_sum += alone["ddt_bias"].to(at::kDouble);
+            return alone;
+        };
+        expect_varlen_matches_alone(variant, s.cu, all, run_alone,
+                                    {"o", "dq", "dk", "dv", "dg", "dbeta"});
         // the gate parameters' gradients are sums over every sequence, in a different order
-        EXPECT_LT(rel_rmse(all.dA_log, dA_log_sum), 1e-6) << variant;
-        EXPECT_LT(rel_rmse(all.ddt_bias, ddt_bias_sum), 1e-6) << variant;
+        EXPECT_LT(rel_rmse(all["dA_log"], dA_log_sum), 1e-6) << variant;
+        EXPECT_LT(rel_rmse(all["ddt_bias"], ddt_bias_sum), 1e-6) << variant;
     }
 }
 
@@ -452,10 +343,10 @@ TEST(KdaCpu, VarlenMatchesReference) {
     const Data d = make_data(s);
     const Results ref = gold(d);
     for (const std::string variant : {"chunk", "recurrent"})
-        check_against(variant + " varlen", run(variant, d.args, d.d_o, d.dht), ref,
-                      [](const std::string& name) {
-                          return name == "dA_log" || name == "ddt_bias" ? 1e-4 : 1e-5;
-                      });
+        check_row(variant + " varlen", run(variant, d.args, d.d_o, d.dht), ref,
+                  [](const std::string& name) {
+                      return name == "dA_log" || name == "ddt_bias" ? 1e-4 : 1e-5;
+                  });
 }
 
 TEST(KdaCpu, ChunkSizesAgreeToFp32Rounding) {
@@ -464,26 +355,13 @@ TEST(KdaCpu, ChunkSizesAgreeToFp32Rounding) {
     s.T = 250;
     s.chunk = 64;
     const Data d = make_data(s);
-    const Results base = run("chunk", d.args, d.d_o, d.dht);
-    for (const int64_t chunk : {1, 16, 32}) {
-        Data other = d;
-        other.args.chunk_size = chunk;
-        const Results got = run("chunk", other.args, other.d_o, other.dht);
-        for (const std::string& name : kNames) {
-            if (!get(base, name).defined()) continue;
-            const double err = rel_rmse(get(got, name), get(base, name));
-            EXPECT_LT(err, 1e-5) << "chunk " << chunk << " " << name;
-            // a different summation order must show up, or the chunk size was ignored
-            if (name == "o") {
-                EXPECT_GT(err, 0.0) << "chunk " << chunk;
-            }
-        }
-    }
-    const Results recurrent = run("recurrent", d.args, d.d_o, d.dht);
-    for (const std::string& name : kNames) {
-        if (!get(base, name).defined()) continue;
-        EXPECT_LT(rel_rmse(get(recurrent, name), get(base, name)), 1e-5) << "recurrent " << name;
-    }
+    const auto run_chunk = [&](int64_t chunk) {
+        KdaArgs a = d.args;
+        a.chunk_size = chunk;
+        return run("chunk", a, d.d_o, d.dht);
+    };
+    expect_chunk_sizes_agree(run("chunk", d.args, d.d_o, d.dht), {1, 16, 32}, run_chunk,
+                             run("recurrent", d.args, d.d_o, d.dht), flat_bound(1e-5));
 }
 
 TEST(KdaCpu, RejectsBadChunkSizesShapesAndOptions) {
@@ -529,18 +407,14 @@ TEST(KdaCpu, ResultsHaveTheContractsDtypes) {
         EXPECT_EQ(fwd.dtype_of("q, k, v"), DType::fp16);
         EXPECT_EQ(fwd.dtype_of("accumulator"), DType::fp32);
         const Results got = run(variant, d.args, d.d_o, d.dht);
-        for (const std::string& name : kNames) {
-            const PrecisionContract& c = name == "o" || name == "ht" ? fwd : bwd;
-            EXPECT_EQ(get(got, name).scalar_type(), to_scalar_type(c.dtype_of(name)))
-                << variant << " " << name;
-        }
-        EXPECT_EQ(got.o.scalar_type(), at::kFloat);
-        EXPECT_EQ(got.ht.scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got.dq.scalar_type(), at::kHalf);
-        EXPECT_EQ(got.dg.scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got.dbeta.scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got.dA_log.scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got.dh0.scalar_type(), at::kBFloat16);
+        expect_contract_dtypes(variant, got, fwd, bwd);
+        EXPECT_EQ(got["o"].scalar_type(), at::kFloat);
+        EXPECT_EQ(got["ht"].scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got["dq"].scalar_type(), at::kHalf);
+        EXPECT_EQ(got["dg"].scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got["dbeta"].scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got["dA_log"].scalar_type(), at::kBFloat16);
+        EXPECT_EQ(got["dh0"].scalar_type(), at::kBFloat16);
     }
     const PrecisionContract chunk = kda_contract("chunk", false, d.args);
     EXPECT_EQ(chunk.dtype_of("chunk states h"), DType::bf16);
@@ -565,9 +439,9 @@ TEST(KdaCpu, ContractNamesOnlyTheGradientsItReturns) {
         EXPECT_NE(item.item, "dh0");
     }
     const Results got = run("chunk", d.args, d.d_o, d.dht);
-    EXPECT_FALSE(got.dA_log.defined());
-    EXPECT_FALSE(got.ddt_bias.defined());
-    EXPECT_FALSE(got.dh0.defined());
+    EXPECT_FALSE(got["dA_log"].defined());
+    EXPECT_FALSE(got["ddt_bias"].defined());
+    EXPECT_FALSE(got["dh0"].defined());
     EXPECT_THROW(kda_contract("fused", false, d.args), ShapeError);
 }
 

@@ -1,27 +1,23 @@
 // tests/reference/delta_rule_ref_test.cpp — the fp64 delta rule reference against its WY form,
 // against autograd, and on its dtype and varlen rules. Not a kernel test.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/record_function.h>
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
-#include <iomanip>
-#include <memory>
-#include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "common/family_test.h"
 #include "core/error.h"
 #include "core/varlen.h"
 #include "reference/delta_rule.h"
 
 namespace lav::ref {
 namespace {
+
+using namespace lav::test;
 
 // NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
 // here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 1.1e-15 on o and ht, the
@@ -35,10 +31,8 @@ struct Shape {
 };
 
 std::string shape_name(const Shape& s) {
-    std::string name = "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_H" +
-                       std::to_string(s.H) + "_K" + std::to_string(s.K) + "_V" +
-                       std::to_string(s.V);
-    return s.cu_seqlens.empty() ? name : name + "_varlen";
+    return test::shape_name({{"B", s.B}, {"T", s.T}, {"H", s.H}, {"K", s.K}, {"V", s.V}},
+                            !s.cu_seqlens.empty());
 }
 
 // gtest prints the parameters of a failed case with this
@@ -65,22 +59,6 @@ DeltaRuleInputs make_inputs(const Shape& s, bool l2norm, bool with_h0, uint64_t 
     return in;
 }
 
-// ‖a − b‖₂ / ‖b‖₂, or ‖a‖₂ where b is exactly zero
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
-    EXPECT_TRUE(a.defined() && b.defined());
-    EXPECT_EQ(a.sizes(), b.sizes());
-    const double base = b.norm().item<double>();
-    const double diff = (a - b).norm().item<double>();
-    return base == 0.0 ? diff : diff / base;
-}
-
-// records a measured error in the test's XML output (--gtest_output=xml)
-void record_error(const std::string& key, double err) {
-    std::ostringstream text;
-    text << std::scientific << std::setprecision(3) << err;
-    testing::Test::RecordProperty(key, text.str());
-}
-
 // ---- recurrence vs WY form ----
 
 using Case = std::tuple<Shape, bool, bool>;
@@ -100,12 +78,8 @@ TEST_P(DeltaRuleRefForward, RecurrenceMatchesWyForm) {
     const int64_t N = num_sequences(shape.B, shape.cu_seqlens);
     ASSERT_EQ(rec.o.sizes(), in.v.sizes());
     ASSERT_EQ(rec.ht.sizes(), at::IntArrayRef({N, shape.H, shape.K, shape.V}));
-    const double err_o = rel_err(rec.o, wy.o);
-    const double err_ht = rel_err(rec.ht, wy.ht);
-    record_error("rel_err_o", err_o);
-    record_error("rel_err_ht", err_ht);
-    EXPECT_LE(err_o, kFormsRelTol);
-    EXPECT_LE(err_ht, kFormsRelTol);
+    expect_rel_err("o", rec.o, wy.o, kFormsRelTol);
+    expect_rel_err("ht", rec.ht, wy.ht, kFormsRelTol);
     EXPECT_TRUE(rec.o.isfinite().all().item<bool>());
 }
 
@@ -156,9 +130,7 @@ DeltaRuleOutputs autograd_recurrence(const DeltaRuleInputs& in) {
         }
         finals.push_back(S);
     }
-    std::vector<at::Tensor> o_batches;
-    for (const auto& r : o_rows) o_batches.push_back(at::stack(r));
-    return {at::stack(o_batches), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals)};
 }
 
 using GradCase = std::tuple<Shape, bool, bool, bool>;
@@ -181,34 +153,19 @@ TEST_P(DeltaRuleRefBackward, MatchesAutograd) {
         with_dht ? at::randn({N, shape.H, shape.K, shape.V}, gen, kF64) : at::Tensor();
 
     const DeltaRuleGrads grads = delta_rule_bwd(in, d_o, dht);
-
-    // autograd's leaves, in the order dq, dk, dv, dbeta, dh0
-    DeltaRuleInputs leaf = in;
-    std::vector<at::Tensor*> leaf_fields = {&leaf.q, &leaf.k, &leaf.v, &leaf.beta};
-    if (in.h0.defined()) leaf_fields.push_back(&leaf.h0);
-    std::vector<at::Tensor> wrt;
-    for (at::Tensor* field : leaf_fields) {
-        *field = field->clone().set_requires_grad(true);
-        wrt.push_back(*field);
-    }
-    const DeltaRuleOutputs out = autograd_recurrence(leaf);
-    at::Tensor loss = (out.o * d_o).sum();
-    if (dht.defined()) loss = loss + (out.ht * dht).sum();
-    const std::vector<at::Tensor> expected = torch::autograd::grad({loss}, wrt);
-
-    const std::vector<std::pair<std::string, at::Tensor>> got = {
-        {"dq", grads.dq}, {"dk", grads.dk}, {"dv", grads.dv}, {"dbeta", grads.dbeta}};
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double err = rel_err(got[i].second, expected[i]);
-        record_error("rel_err_" + got[i].first, err);
-        EXPECT_LE(err, kGradRelTol) << got[i].first;
-    }
     ASSERT_EQ(grads.dh0.defined(), in.h0.defined());
-    if (in.h0.defined()) {
-        const double err = rel_err(grads.dh0, expected[got.size()]);
-        record_error("rel_err_dh0", err);
-        EXPECT_LE(err, kGradRelTol) << "dh0";
-    }
+
+    DeltaRuleInputs leaf = in;
+    std::vector<GradCheck> checks = {{"dq", &leaf.q, grads.dq},
+                                     {"dk", &leaf.k, grads.dk},
+                                     {"dv", &leaf.v, grads.dv},
+                                     {"dbeta", &leaf.beta, grads.dbeta}};
+    if (in.h0.defined()) checks.push_back({"dh0", &leaf.h0, grads.dh0});
+    const auto forward = [&] {
+        const DeltaRuleOutputs out = autograd_recurrence(leaf);
+        return std::make_pair(out.o, out.ht);
+    };
+    expect_grads_match_autograd(checks, forward, d_o, dht, kGradRelTol);
 }
 
 // The reverse pass recomputes from a checkpoint every c = ⌈√len⌉ steps. Lengths here: 40 (c = 7,
@@ -245,34 +202,25 @@ TEST(DeltaRuleRef, VarlenSequencesDoNotLeak) {
     const Shape shape{1, 164, 2, 16, 24, {0, 0, 37, 100, 164}};
     const DeltaRuleInputs in = make_inputs(shape, true, true, 5);
     const DeltaRuleOutputs packed = delta_rule_fwd(in);
-    for (const Sequence& seq : sequences(1, shape.T, shape.cu_seqlens)) {
-        if (seq.length() == 0) continue;
+    const auto run_alone = [&](const Sequence& seq) {
+        const auto cut = [&](const at::Tensor& x) { return x.narrow(1, seq.begin, seq.length()); };
         DeltaRuleInputs alone = in;
         alone.cu_seqlens.clear();
-        alone.q = in.q.narrow(1, seq.begin, seq.length());
-        alone.k = in.k.narrow(1, seq.begin, seq.length());
-        alone.v = in.v.narrow(1, seq.begin, seq.length());
-        alone.beta = in.beta.narrow(1, seq.begin, seq.length());
+        alone.q = cut(in.q);
+        alone.k = cut(in.k);
+        alone.v = cut(in.v);
+        alone.beta = cut(in.beta);
         alone.h0 = in.h0.narrow(0, seq.index, 1);
         const DeltaRuleOutputs single = delta_rule_fwd(alone);
-        EXPECT_TRUE(at::equal(single.o, packed.o.narrow(1, seq.begin, seq.length())))
-            << "sequence " << seq.index;
-        EXPECT_TRUE(at::equal(single.ht[0], packed.ht[seq.index])) << "sequence " << seq.index;
-    }
+        return Results{{"o", single.o}, {"ht", single.ht}};
+    };
+    expect_varlen_matches_alone("packed", shape.cu_seqlens, {{"o", packed.o}, {"ht", packed.ht}},
+                                run_alone, {"o"}, {"ht"}, /*skip_empty=*/true);
 }
 
 TEST(DeltaRuleRef, ScaleZeroMeansInverseSqrtK) {
-    DeltaRuleInputs in = make_inputs({2, 12, 2, 16, 8, {}}, true, true, 6);
-    const DeltaRuleOutputs by_default = delta_rule_fwd(in);
-    const DeltaRuleOutputs wy_default = delta_rule_fwd_wy(in);
-    in.scale = 0.25;
-    EXPECT_LE(rel_err(by_default.o, delta_rule_fwd(in).o), 1e-15);
-    EXPECT_LE(rel_err(wy_default.o, delta_rule_fwd_wy(in).o), 1e-15);
-    // o is linear in the scale; ht does not see it
-    in.scale = 0.5;
-    const DeltaRuleOutputs doubled = delta_rule_fwd(in);
-    EXPECT_LE(rel_err(doubled.o, 2.0 * by_default.o), 1e-15);
-    EXPECT_TRUE(at::equal(doubled.ht, by_default.ht));
+    expect_default_scale(make_inputs({2, 12, 2, 16, 8, {}}, true, true, 6), 0.25, delta_rule_fwd,
+                         delta_rule_fwd_wy);
 }
 
 // The in-kernel norm must equal normalising the inputs beforehand (with the same eps), and
@@ -307,81 +255,28 @@ TEST(DeltaRuleRef, EveryOutputIsFloat64) {
     }
 }
 
-// Records, on this thread, every aten op that reads or writes a floating tensor other than fp64:
-// the same view of the run that the dtype tracer takes (ARCHITECTURE.md).
-class NonFp64OpRecorder {
-  public:
-    NonFp64OpRecorder() {
-        found().clear();
-        ops_seen() = 0;
-        handle_ = at::addThreadLocalCallback(
-            at::RecordFunctionCallback(&on_start, &on_end).needsInputs(true).needsOutputs(true));
-    }
-    ~NonFp64OpRecorder() { at::removeCallback(handle_); }
-    NonFp64OpRecorder(const NonFp64OpRecorder&) = delete;
-    NonFp64OpRecorder& operator=(const NonFp64OpRecorder&) = delete;
-
-    static std::set<std::string>& found() {
-        static std::set<std::string> ops;
-        return ops;
-    }
-    static int64_t& ops_seen() {
-        static int64_t n = 0;
-        return n;
-    }
-
-  private:
-    static void check(const at::RecordFunction& fn, const c10::IValue& value) {
-        if (!value.isTensor()) return;
-        const at::Tensor& t = value.toTensor();
-        if (t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kDouble)
-            found().insert(std::string(fn.name()) + " " +
-                           std::string(c10::toString(t.scalar_type())));
-    }
-    static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-        ++ops_seen();
-        for (const c10::IValue& input : fn.inputs()) check(fn, input);
-        return nullptr;
-    }
-    static void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-        for (const c10::IValue& output : fn.outputs()) check(fn, output);
-    }
-
-    at::CallbackHandle handle_;
-};
-
 TEST(DeltaRuleRef, EveryOpStaysFloat64) {
     const DeltaRuleInputs in = make_inputs({1, 20, 2, 4, 3, {0, 0, 7, 20}}, true, true, 12);
     const at::Tensor d_o = at::ones_like(in.v);   // [B, T, H, V]
     const at::Tensor dht = at::ones_like(in.h0);  // [N, H, K, V]
-    {
-        NonFp64OpRecorder recorder;
-        delta_rule_fwd(in);
-        delta_rule_fwd_wy(in);
-        delta_rule_bwd(in, d_o, dht);
-        EXPECT_GT(NonFp64OpRecorder::ops_seen(), 100);
-        EXPECT_TRUE(NonFp64OpRecorder::found().empty())
-            << "first: " << *NonFp64OpRecorder::found().begin();
-    }
-    // the recorder does see a narrowing
-    NonFp64OpRecorder recorder;
-    (void)in.q.to(at::kFloat);
-    EXPECT_FALSE(NonFp64OpRecorder::found().empty());
+    expect_only_fp64_ops(
+        [&] {
+            delta_rule_fwd(in);
+            delta_rule_fwd_wy(in);
+            delta_rule_bwd(in, d_o, dht);
+        },
+        in.q);
 }
 
 TEST(DeltaRuleRef, Float32InputIsInternalError) {
     const DeltaRuleInputs in = make_inputs({1, 6, 2, 4, 3, {}}, true, true, 10);
     const at::Tensor d_o = at::ones_like(in.v);   // [B, T, H, V]
     const at::Tensor dht = at::ones_like(in.h0);  // [N, H, K, V]
-    for (at::Tensor DeltaRuleInputs::*field :
-         {&DeltaRuleInputs::q, &DeltaRuleInputs::k, &DeltaRuleInputs::v, &DeltaRuleInputs::beta,
-          &DeltaRuleInputs::h0}) {
-        DeltaRuleInputs narrowed = in;
-        narrowed.*field = (in.*field).to(at::kFloat);
-        EXPECT_THROW(delta_rule_fwd(narrowed), InternalError);
-        EXPECT_THROW(delta_rule_fwd_wy(narrowed), InternalError);
-        EXPECT_THROW(delta_rule_bwd(narrowed, d_o, dht), InternalError);
-    }
+    using I = DeltaRuleInputs;
+    expect_narrowed_field_throws<InternalError>(
+        in, {&I::q, &I::k, &I::v, &I::beta, &I::h0},
+        {[](const I& x) { delta_rule_fwd(x); }, [](const I& x) { delta_rule_fwd_wy(x); },
+         [&](const I& x) { delta_rule_bwd(x, d_o, dht); }});
     EXPECT_THROW(delta_rule_bwd(in, d_o.to(at::kFloat), dht), InternalError);
     EXPECT_THROW(delta_rule_bwd(in, d_o, dht.to(at::kFloat)), InternalError);
 }

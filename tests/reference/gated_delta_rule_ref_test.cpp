@@ -2,27 +2,23 @@
 // WY form, against autograd (every in-kernel option, GVA), and on its dtype and varlen rules.
 // Not a kernel test.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/record_function.h>
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
-#include <iomanip>
-#include <memory>
-#include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "common/family_test.h"
 #include "core/error.h"
 #include "core/varlen.h"
 #include "reference/gated_delta_rule.h"
 
 namespace lav::ref {
 namespace {
+
+using namespace lav::test;
 
 // NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
 // here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 7.4e-15 on o and ht, the
@@ -36,10 +32,9 @@ struct Shape {
 };
 
 std::string shape_name(const Shape& s) {
-    std::string name = "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_H" +
-                       std::to_string(s.H) + "_HV" + std::to_string(s.HV) + "_K" +
-                       std::to_string(s.K) + "_V" + std::to_string(s.V);
-    return s.cu_seqlens.empty() ? name : name + "_varlen";
+    return test::shape_name(
+        {{"B", s.B}, {"T", s.T}, {"H", s.H}, {"HV", s.HV}, {"K", s.K}, {"V", s.V}},
+        !s.cu_seqlens.empty());
 }
 
 /// The in-kernel options and gate strengths a case runs with.
@@ -107,22 +102,6 @@ GatedDeltaRuleInputs make_inputs(const Shape& s, Opts opts, bool with_h0, uint64
     return in;
 }
 
-// ‖a − b‖₂ / ‖b‖₂, or ‖a‖₂ where b is exactly zero
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
-    EXPECT_TRUE(a.defined() && b.defined());
-    EXPECT_EQ(a.sizes(), b.sizes());
-    const double base = b.norm().item<double>();
-    const double diff = (a - b).norm().item<double>();
-    return base == 0.0 ? diff : diff / base;
-}
-
-// records a measured error in the test's XML output (--gtest_output=xml)
-void record_error(const std::string& key, double err) {
-    std::ostringstream text;
-    text << std::scientific << std::setprecision(3) << err;
-    testing::Test::RecordProperty(key, text.str());
-}
-
 // ---- recurrence vs WY form ----
 
 using Case = std::tuple<Shape, Opts, bool>;
@@ -142,12 +121,8 @@ TEST_P(GatedDeltaRuleRefForward, RecurrenceMatchesWyForm) {
     const int64_t N = num_sequences(shape.B, shape.cu_seqlens);
     ASSERT_EQ(rec.o.sizes(), in.v.sizes());
     ASSERT_EQ(rec.ht.sizes(), at::IntArrayRef({N, shape.HV, shape.K, shape.V}));
-    const double err_o = rel_err(rec.o, wy.o);
-    const double err_ht = rel_err(rec.ht, wy.ht);
-    record_error("rel_err_o", err_o);
-    record_error("rel_err_ht", err_ht);
-    EXPECT_LE(err_o, kFormsRelTol);
-    EXPECT_LE(err_ht, kFormsRelTol);
+    expect_rel_err("o", rec.o, wy.o, kFormsRelTol);
+    expect_rel_err("ht", rec.ht, wy.ht, kFormsRelTol);
     EXPECT_TRUE(rec.o.isfinite().all().item<bool>());
 }
 
@@ -191,9 +166,7 @@ GatedDeltaRuleOutputs autograd_recurrence(const GatedDeltaRuleInputs& in) {
         }
         finals.push_back(S);
     }
-    std::vector<at::Tensor> o_batches;
-    for (const auto& r : o_rows) o_batches.push_back(at::stack(r));
-    return {at::stack(o_batches), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals)};
 }
 
 using GradCase = std::tuple<Shape, Opts, bool, bool>;
@@ -217,37 +190,22 @@ TEST_P(GatedDeltaRuleRefBackward, MatchesAutograd) {
 
     const GatedDeltaRuleGrads grads = gated_delta_rule_bwd(in, d_o, dht);
 
-    // autograd's leaves, in the order of `got` below
     GatedDeltaRuleInputs leaf = in;
-    std::vector<std::pair<std::string, at::Tensor*>> fields = {
-        {"dq", &leaf.q}, {"dk", &leaf.k}, {"dv", &leaf.v}, {"dg", &leaf.g}, {"dbeta", &leaf.beta}};
-    std::vector<at::Tensor> got = {grads.dq, grads.dk, grads.dv, grads.dg, grads.dbeta};
+    std::vector<GradCheck> checks = {{"dq", &leaf.q, grads.dq},
+                                     {"dk", &leaf.k, grads.dk},
+                                     {"dv", &leaf.v, grads.dv},
+                                     {"dg", &leaf.g, grads.dg},
+                                     {"dbeta", &leaf.beta, grads.dbeta}};
     if (in.use_gate_in_kernel) {
-        fields.push_back({"dA_log", &leaf.A_log});
-        fields.push_back({"ddt_bias", &leaf.dt_bias});
-        got.push_back(grads.dA_log);
-        got.push_back(grads.ddt_bias);
+        checks.push_back({"dA_log", &leaf.A_log, grads.dA_log});
+        checks.push_back({"ddt_bias", &leaf.dt_bias, grads.ddt_bias});
     }
-    if (in.h0.defined()) {
-        fields.push_back({"dh0", &leaf.h0});
-        got.push_back(grads.dh0);
-    }
-    std::vector<at::Tensor> wrt;
-    for (auto& [name, field] : fields) {
-        *field = field->clone().set_requires_grad(true);
-        wrt.push_back(*field);
-    }
-    const GatedDeltaRuleOutputs out = autograd_recurrence(leaf);
-    at::Tensor loss = (out.o * d_o).sum();
-    if (dht.defined()) loss = loss + (out.ht * dht).sum();
-    const std::vector<at::Tensor> expected = torch::autograd::grad({loss}, wrt);
-
-    for (size_t i = 0; i < fields.size(); ++i) {
-        ASSERT_TRUE(got[i].defined()) << fields[i].first;
-        const double err = rel_err(got[i], expected[i]);
-        record_error("rel_err_" + fields[i].first, err);
-        EXPECT_LE(err, kGradRelTol) << fields[i].first;
-    }
+    if (in.h0.defined()) checks.push_back({"dh0", &leaf.h0, grads.dh0});
+    const auto forward = [&] {
+        const GatedDeltaRuleOutputs out = autograd_recurrence(leaf);
+        return std::make_pair(out.o, out.ht);
+    };
+    expect_grads_match_autograd(checks, forward, d_o, dht, kGradRelTol);
     EXPECT_EQ(grads.dh0.defined(), in.h0.defined());
     EXPECT_EQ(grads.dA_log.defined(), in.use_gate_in_kernel);
 }
@@ -331,43 +289,30 @@ TEST(GatedDeltaRuleRef, VarlenSequencesDoNotLeak) {
     for (const Opts opts : {Opts::kPlain, Opts::kAll}) {
         const GatedDeltaRuleInputs in = make_inputs(shape, opts, true, 5);
         const GatedDeltaRuleOutputs packed = gated_delta_rule_fwd(in);
-        for (const Sequence& seq : sequences(1, shape.T, shape.cu_seqlens)) {
-            if (seq.length() == 0) continue;
+        const auto run_alone = [&](const Sequence& seq) {
+            const auto cut = [&](const at::Tensor& x) {
+                return x.narrow(1, seq.begin, seq.length());
+            };
             GatedDeltaRuleInputs alone = in;
             alone.cu_seqlens.clear();
-            alone.q = in.q.narrow(1, seq.begin, seq.length());
-            alone.k = in.k.narrow(1, seq.begin, seq.length());
-            alone.v = in.v.narrow(1, seq.begin, seq.length());
-            alone.g = in.g.narrow(1, seq.begin, seq.length());
-            alone.beta = in.beta.narrow(1, seq.begin, seq.length());
+            alone.q = cut(in.q);
+            alone.k = cut(in.k);
+            alone.v = cut(in.v);
+            alone.g = cut(in.g);
+            alone.beta = cut(in.beta);
             alone.h0 = in.h0.narrow(0, seq.index, 1);
             const GatedDeltaRuleOutputs single = gated_delta_rule_fwd(alone);
-            const at::Tensor o = packed.o.narrow(1, seq.begin, seq.length());
-            if (opts == Opts::kPlain) {
-                EXPECT_TRUE(at::equal(single.o, o)) << "sequence " << seq.index;
-                EXPECT_TRUE(at::equal(single.ht[0], packed.ht[seq.index]))
-                    << "sequence " << seq.index;
-            } else {
-                EXPECT_LE(rel_err(single.o, o), 1e-14) << "sequence " << seq.index;
-                EXPECT_LE(rel_err(single.ht[0], packed.ht[seq.index]), 1e-14)
-                    << "sequence " << seq.index;
-            }
-        }
+            return Results{{"o", single.o}, {"ht", single.ht}};
+        };
+        expect_varlen_matches_alone(opts_name(opts), shape.cu_seqlens,
+                                    {{"o", packed.o}, {"ht", packed.ht}}, run_alone, {"o"}, {"ht"},
+                                    /*skip_empty=*/true, opts == Opts::kPlain ? 0.0 : 1e-14);
     }
 }
 
 TEST(GatedDeltaRuleRef, ScaleZeroMeansInverseSqrtK) {
-    GatedDeltaRuleInputs in = make_inputs({2, 12, 2, 2, 16, 8, {}}, Opts::kPlain, true, 6);
-    const GatedDeltaRuleOutputs by_default = gated_delta_rule_fwd(in);
-    const GatedDeltaRuleOutputs wy_default = gated_delta_rule_fwd_wy(in);
-    in.scale = 0.25;
-    EXPECT_LE(rel_err(by_default.o, gated_delta_rule_fwd(in).o), 1e-15);
-    EXPECT_LE(rel_err(wy_default.o, gated_delta_rule_fwd_wy(in).o), 1e-15);
-    // o is linear in the scale; ht does not see it
-    in.scale = 0.5;
-    const GatedDeltaRuleOutputs doubled = gated_delta_rule_fwd(in);
-    EXPECT_LE(rel_err(doubled.o, 2.0 * by_default.o), 1e-15);
-    EXPECT_TRUE(at::equal(doubled.ht, by_default.ht));
+    expect_default_scale(make_inputs({2, 12, 2, 2, 16, 8, {}}, Opts::kPlain, true, 6), 0.25,
+                         gated_delta_rule_fwd, gated_delta_rule_fwd_wy);
 }
 
 TEST(GatedDeltaRuleRef, EveryOutputIsFloat64) {
@@ -384,67 +329,18 @@ TEST(GatedDeltaRuleRef, EveryOutputIsFloat64) {
     }
 }
 
-// Records, on this thread, every aten op that reads or writes a floating tensor other than fp64:
-// the same view of the run that the dtype tracer takes (ARCHITECTURE.md).
-class NonFp64OpRecorder {
-  public:
-    NonFp64OpRecorder() {
-        found().clear();
-        ops_seen() = 0;
-        handle_ = at::addThreadLocalCallback(
-            at::RecordFunctionCallback(&on_start, &on_end).needsInputs(true).needsOutputs(true));
-    }
-    ~NonFp64OpRecorder() { at::removeCallback(handle_); }
-    NonFp64OpRecorder(const NonFp64OpRecorder&) = delete;
-    NonFp64OpRecorder& operator=(const NonFp64OpRecorder&) = delete;
-
-    static std::set<std::string>& found() {
-        static std::set<std::string> ops;
-        return ops;
-    }
-    static int64_t& ops_seen() {
-        static int64_t n = 0;
-        return n;
-    }
-
-  private:
-    static void check(const at::RecordFunction& fn, const c10::IValue& value) {
-        if (!value.isTensor()) return;
-        const at::Tensor& t = value.toTensor();
-        if (t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kDouble)
-            found().insert(std::string(fn.name()) + " " +
-                           std::string(c10::toString(t.scalar_type())));
-    }
-    static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-        ++ops_seen();
-        for (const c10::IValue& input : fn.inputs()) check(fn, input);
-        return nullptr;
-    }
-    static void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-        for (const c10::IValue& output : fn.outputs()) check(fn, output);
-    }
-
-    at::CallbackHandle handle_;
-};
-
 TEST(GatedDeltaRuleRef, EveryOpStaysFloat64) {
     const GatedDeltaRuleInputs in =
         make_inputs({1, 20, 2, 4, 4, 3, {0, 0, 7, 20}}, Opts::kAll, true, 12);
     const at::Tensor d_o = at::ones_like(in.v);   // [B, T, HV, V]
     const at::Tensor dht = at::ones_like(in.h0);  // [N, HV, K, V]
-    {
-        NonFp64OpRecorder recorder;
-        gated_delta_rule_fwd(in);
-        gated_delta_rule_fwd_wy(in);
-        gated_delta_rule_bwd(in, d_o, dht);
-        EXPECT_GT(NonFp64OpRecorder::ops_seen(), 100);
-        EXPECT_TRUE(NonFp64OpRecorder::found().empty())
-            << "first: " << *NonFp64OpRecorder::found().begin();
-    }
-    // the recorder does see a narrowing
-    NonFp64OpRecorder recorder;
-    (void)in.q.to(at::kFloat);
-    EXPECT_FALSE(NonFp64OpRecorder::found().empty());
+    expect_only_fp64_ops(
+        [&] {
+            gated_delta_rule_fwd(in);
+            gated_delta_rule_fwd_wy(in);
+            gated_delta_rule_bwd(in, d_o, dht);
+        },
+        in.q);
 }
 
 TEST(GatedDeltaRuleRef, Float32InputIsInternalError) {
@@ -452,14 +348,11 @@ TEST(GatedDeltaRuleRef, Float32InputIsInternalError) {
     const at::Tensor d_o = at::ones_like(in.v);   // [B, T, HV, V]
     const at::Tensor dht = at::ones_like(in.h0);  // [N, HV, K, V]
     using I = GatedDeltaRuleInputs;
-    for (at::Tensor I::*field :
-         {&I::q, &I::k, &I::v, &I::g, &I::beta, &I::A_log, &I::dt_bias, &I::h0}) {
-        GatedDeltaRuleInputs narrowed = in;
-        narrowed.*field = (in.*field).to(at::kFloat);
-        EXPECT_THROW(gated_delta_rule_fwd(narrowed), InternalError);
-        EXPECT_THROW(gated_delta_rule_fwd_wy(narrowed), InternalError);
-        EXPECT_THROW(gated_delta_rule_bwd(narrowed, d_o, dht), InternalError);
-    }
+    expect_narrowed_field_throws<InternalError>(
+        in, {&I::q, &I::k, &I::v, &I::g, &I::beta, &I::A_log, &I::dt_bias, &I::h0},
+        {[](const I& x) { gated_delta_rule_fwd(x); },
+         [](const I& x) { gated_delta_rule_fwd_wy(x); },
+         [&](const I& x) { gated_delta_rule_bwd(x, d_o, dht); }});
     EXPECT_THROW(gated_delta_rule_bwd(in, d_o.to(at::kFloat), dht), InternalError);
     EXPECT_THROW(gated_delta_rule_bwd(in, d_o, dht.to(at::kFloat)), InternalError);
 }

@@ -1,27 +1,23 @@
 // tests/reference/hgrn_ref_test.cpp — the fp64 hgrn reference against its closed form, against
 // autograd, and on its dtype and varlen rules. Not a kernel test.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/record_function.h>
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
-#include <iomanip>
-#include <memory>
-#include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "common/family_test.h"
 #include "core/error.h"
 #include "core/varlen.h"
 #include "reference/hgrn.h"
 
 namespace lav::ref {
 namespace {
+
+using namespace lav::test;
 
 // NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
 // here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 6.1e-15 on o and ht, the
@@ -56,9 +52,8 @@ struct Shape {
 };
 
 std::string shape_name(const Shape& s) {
-    std::string name = "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_H" +
-                       std::to_string(s.H) + "_K" + std::to_string(s.K);
-    return s.cu_seqlens.empty() ? name : name + "_varlen";
+    return test::shape_name({{"B", s.B}, {"T", s.T}, {"H", s.H}, {"K", s.K}},
+                            !s.cu_seqlens.empty());
 }
 
 // gtest prints the parameters of a failed case with these
@@ -93,22 +88,6 @@ HgrnInputs make_inputs(const Shape& s, Gate gate, bool with_h0, uint64_t seed) {
     return in;
 }
 
-// ‖a − b‖₂ / ‖b‖₂, or ‖a‖₂ where b is exactly zero (dg at t = 0 without h0 must vanish)
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
-    EXPECT_TRUE(a.defined() && b.defined());
-    EXPECT_EQ(a.sizes(), b.sizes());
-    const double base = b.norm().item<double>();
-    const double diff = (a - b).norm().item<double>();
-    return base == 0.0 ? diff : diff / base;
-}
-
-// records a measured error in the test's XML output (--gtest_output=xml)
-void record_error(const std::string& key, double err) {
-    std::ostringstream text;
-    text << std::scientific << std::setprecision(3) << err;
-    testing::Test::RecordProperty(key, text.str());
-}
-
 using Case = std::tuple<Shape, Gate, bool>;
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
@@ -130,12 +109,8 @@ TEST_P(HgrnRefForward, RecurrenceMatchesClosedForm) {
     const int64_t N = num_sequences(shape.B, shape.cu_seqlens);
     ASSERT_EQ(rec.o.sizes(), in.x.sizes());
     ASSERT_EQ(rec.ht.sizes(), at::IntArrayRef({N, shape.H, shape.K}));
-    const double err_o = rel_err(rec.o, par.o);
-    const double err_ht = rel_err(rec.ht, par.ht);
-    record_error("rel_err_o", err_o);
-    record_error("rel_err_ht", err_ht);
-    EXPECT_LE(err_o, kFormsRelTol);
-    EXPECT_LE(err_ht, kFormsRelTol);
+    expect_rel_err("o", rec.o, par.o, kFormsRelTol);
+    expect_rel_err("ht", rec.ht, par.ht, kFormsRelTol);
     EXPECT_TRUE(rec.o.isfinite().all().item<bool>());
 }
 
@@ -176,9 +151,7 @@ HgrnOutputs autograd_recurrence(const HgrnInputs& in) {
         }
         finals.push_back(h);
     }
-    std::vector<at::Tensor> o_batches;
-    for (const auto& r : o_rows) o_batches.push_back(at::stack(r));
-    return {at::stack(o_batches), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals)};
 }
 
 using GradCase = std::tuple<Shape, Gate, bool, bool>;
@@ -201,34 +174,16 @@ TEST_P(HgrnRefBackward, MatchesAutograd) {
         with_dht ? at::randn({N, shape.H, shape.K}, gen, kF64) : at::Tensor();  // [N, H, K]
 
     const HgrnGrads grads = hgrn_bwd(in, d_o, dht);
-
-    // autograd's leaves, in the order dx, dg, dh0
-    HgrnInputs leaf = in;
-    std::vector<at::Tensor*> leaf_fields = {&leaf.x, &leaf.g};
-    if (in.h0.defined()) leaf_fields.push_back(&leaf.h0);
-    std::vector<at::Tensor> wrt;
-    for (at::Tensor* field : leaf_fields) {
-        *field = field->clone().set_requires_grad(true);
-        wrt.push_back(*field);
-    }
-    const HgrnOutputs out = autograd_recurrence(leaf);
-    at::Tensor loss = (out.o * d_o).sum();
-    if (dht.defined()) loss = loss + (out.ht * dht).sum();
-    const std::vector<at::Tensor> expected = torch::autograd::grad({loss}, wrt);
-
-    const std::vector<std::pair<std::string, at::Tensor>> got = {{"dx", grads.dx},
-                                                                 {"dg", grads.dg}};
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double err = rel_err(got[i].second, expected[i]);
-        record_error("rel_err_" + got[i].first, err);
-        EXPECT_LE(err, kGradRelTol) << got[i].first;
-    }
     ASSERT_EQ(grads.dh0.defined(), in.h0.defined());
-    if (in.h0.defined()) {
-        const double err = rel_err(grads.dh0, expected[got.size()]);
-        record_error("rel_err_dh0", err);
-        EXPECT_LE(err, kGradRelTol) << "dh0";
-    }
+
+    HgrnInputs leaf = in;
+    std::vector<GradCheck> checks = {{"dx", &leaf.x, grads.dx}, {"dg", &leaf.g, grads.dg}};
+    if (in.h0.defined()) checks.push_back({"dh0", &leaf.h0, grads.dh0});
+    const auto forward = [&] {
+        const HgrnOutputs out = autograd_recurrence(leaf);
+        return std::make_pair(out.o, out.ht);
+    };
+    expect_grads_match_autograd(checks, forward, d_o, dht, kGradRelTol);
 }
 
 // The reverse pass recomputes from a checkpoint every c = ⌈√len⌉ steps. Lengths here: 40 (c = 7,
@@ -269,8 +224,7 @@ TEST(HgrnRef, VarlenSequencesDoNotLeak) {
     const at::Tensor dht = at::randn(in.h0.sizes(), gen, kF64);  // [N, H, K]
     const HgrnOutputs packed = hgrn_fwd(in);
     const HgrnGrads packed_grads = hgrn_bwd(in, d_o, dht);
-    for (const Sequence& seq : sequences(1, shape.T, shape.cu_seqlens)) {
-        if (seq.length() == 0) continue;
+    const auto run_alone = [&](const Sequence& seq) {
         const auto cut = [&](const at::Tensor& x) { return x.narrow(1, seq.begin, seq.length()); };
         HgrnInputs alone;
         alone.x = cut(in.x);
@@ -278,12 +232,13 @@ TEST(HgrnRef, VarlenSequencesDoNotLeak) {
         alone.h0 = in.h0.narrow(0, seq.index, 1);
         const HgrnOutputs single = hgrn_fwd(alone);
         const HgrnGrads single_grads = hgrn_bwd(alone, cut(d_o), dht.narrow(0, seq.index, 1));
-        EXPECT_TRUE(at::equal(single.o, cut(packed.o))) << "sequence " << seq.index;
-        EXPECT_TRUE(at::equal(single.ht[0], packed.ht[seq.index])) << "sequence " << seq.index;
-        EXPECT_TRUE(at::equal(single_grads.dg, cut(packed_grads.dg))) << "sequence " << seq.index;
-        EXPECT_TRUE(at::equal(single_grads.dh0[0], packed_grads.dh0[seq.index]))
-            << "sequence " << seq.index;
-    }
+        return Results{
+            {"o", single.o}, {"ht", single.ht}, {"dg", single_grads.dg}, {"dh0", single_grads.dh0}};
+    };
+    const Results all = {
+        {"o", packed.o}, {"ht", packed.ht}, {"dg", packed_grads.dg}, {"dh0", packed_grads.dh0}};
+    expect_varlen_matches_alone("packed", shape.cu_seqlens, all, run_alone, {"o", "dg"},
+                                {"ht", "dh0"}, /*skip_empty=*/true);
 }
 
 TEST(HgrnRef, EveryOutputIsFloat64) {
@@ -299,79 +254,28 @@ TEST(HgrnRef, EveryOutputIsFloat64) {
     }
 }
 
-// Records, on this thread, every aten op that reads or writes a floating tensor other than fp64:
-// the same view of the run that the dtype tracer takes (ARCHITECTURE.md).
-class NonFp64OpRecorder {
-  public:
-    NonFp64OpRecorder() {
-        found().clear();
-        ops_seen() = 0;
-        handle_ = at::addThreadLocalCallback(
-            at::RecordFunctionCallback(&on_start, &on_end).needsInputs(true).needsOutputs(true));
-    }
-    ~NonFp64OpRecorder() { at::removeCallback(handle_); }
-    NonFp64OpRecorder(const NonFp64OpRecorder&) = delete;
-    NonFp64OpRecorder& operator=(const NonFp64OpRecorder&) = delete;
-
-    static std::set<std::string>& found() {
-        static std::set<std::string> ops;
-        return ops;
-    }
-    static int64_t& ops_seen() {
-        static int64_t n = 0;
-        return n;
-    }
-
-  private:
-    static void check(const at::RecordFunction& fn, const c10::IValue& value) {
-        if (!value.isTensor()) return;
-        const at::Tensor& t = value.toTensor();
-        if (t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kDouble)
-            found().insert(std::string(fn.name()) + " " +
-                           std::string(c10::toString(t.scalar_type())));
-    }
-    static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-        ++ops_seen();
-        for (const c10::IValue& input : fn.inputs()) check(fn, input);
-        return nullptr;
-    }
-    static void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-        for (const c10::IValue& output : fn.outputs()) check(fn, output);
-    }
-
-    at::CallbackHandle handle_;
-};
-
 TEST(HgrnRef, EveryOpStaysFloat64) {
     const HgrnInputs in = make_inputs({1, 20, 2, 4, {0, 0, 7, 20}}, Gate::kCoupled, true, 12);
     const at::Tensor d_o = at::ones_like(in.x);   // [B, T, H, K]
     const at::Tensor dht = at::ones_like(in.h0);  // [N, H, K]
-    {
-        NonFp64OpRecorder recorder;
-        hgrn_fwd(in);
-        hgrn_fwd_parallel(in);
-        hgrn_bwd(in, d_o, dht);
-        EXPECT_GT(NonFp64OpRecorder::ops_seen(), 100);
-        EXPECT_TRUE(NonFp64OpRecorder::found().empty())
-            << "first: " << *NonFp64OpRecorder::found().begin();
-    }
-    // the recorder does see a narrowing
-    NonFp64OpRecorder recorder;
-    (void)in.x.to(at::kFloat);
-    EXPECT_FALSE(NonFp64OpRecorder::found().empty());
+    expect_only_fp64_ops(
+        [&] {
+            hgrn_fwd(in);
+            hgrn_fwd_parallel(in);
+            hgrn_bwd(in, d_o, dht);
+        },
+        in.x);
 }
 
 TEST(HgrnRef, Float32InputIsInternalError) {
     const HgrnInputs in = make_inputs({1, 6, 2, 4, {}}, Gate::kCoupled, true, 10);
     const at::Tensor d_o = at::ones_like(in.x);   // [B, T, H, K]
     const at::Tensor dht = at::ones_like(in.h0);  // [N, H, K]
-    for (at::Tensor HgrnInputs::*field : {&HgrnInputs::x, &HgrnInputs::g, &HgrnInputs::h0}) {
-        HgrnInputs narrowed = in;
-        narrowed.*field = (in.*field).to(at::kFloat);
-        EXPECT_THROW(hgrn_fwd(narrowed), InternalError);
-        EXPECT_THROW(hgrn_fwd_parallel(narrowed), InternalError);
-        EXPECT_THROW(hgrn_bwd(narrowed, d_o, dht), InternalError);
-    }
+    using I = HgrnInputs;
+    expect_narrowed_field_throws<InternalError>(
+        in, {&I::x, &I::g, &I::h0},
+        {[](const I& x) { hgrn_fwd(x); }, [](const I& x) { hgrn_fwd_parallel(x); },
+         [&](const I& x) { hgrn_bwd(x, d_o, dht); }});
     EXPECT_THROW(hgrn_bwd(in, d_o.to(at::kFloat), dht), InternalError);
     EXPECT_THROW(hgrn_bwd(in, d_o, dht.to(at::kFloat)), InternalError);
 }

@@ -1,28 +1,24 @@
 // tests/reference/kda_ref_test.cpp — the fp64 KDA reference against its chunked WY form, against
 // autograd through an independent recurrence, and on its dtype and varlen rules. Not a kernel test.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
-#include <ATen/record_function.h>
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
-#include <iomanip>
-#include <memory>
-#include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "common/family_test.h"
 #include "core/error.h"
 #include "core/varlen.h"
 #include "reference/kda.h"
 
 namespace lav::ref {
 namespace {
+
+using namespace lav::test;
 
 // NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
 // here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 6e-15 on o and ht, the
@@ -58,10 +54,9 @@ struct Shape {
 };
 
 std::string shape_name(const Shape& s) {
-    std::string name = "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_H" +
-                       std::to_string(s.H) + "_HV" + std::to_string(s.HV) + "_K" +
-                       std::to_string(s.K) + "_V" + std::to_string(s.V);
-    return s.cu_seqlens.empty() ? name : name + "_varlen";
+    return test::shape_name(
+        {{"B", s.B}, {"T", s.T}, {"H", s.H}, {"HV", s.HV}, {"K", s.K}, {"V", s.V}},
+        !s.cu_seqlens.empty());
 }
 
 // gtest prints the parameters of a failed case with these
@@ -109,22 +104,6 @@ KdaInputs make_inputs(const Shape& s, const Options& opt, bool with_h0, uint64_t
     return in;
 }
 
-// ‖a − b‖₂ / ‖b‖₂, or ‖a‖₂ where b is exactly zero
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
-    EXPECT_TRUE(a.defined() && b.defined());
-    EXPECT_EQ(a.sizes(), b.sizes());
-    const double base = b.norm().item<double>();
-    const double diff = (a - b).norm().item<double>();
-    return base == 0.0 ? diff : diff / base;
-}
-
-// records a measured error in the test's XML output (--gtest_output=xml)
-void record_error(const std::string& key, double err) {
-    std::ostringstream text;
-    text << std::scientific << std::setprecision(3) << err;
-    testing::Test::RecordProperty(key, text.str());
-}
-
 // ---- recurrence vs chunked WY form ----
 
 using FormsCase = std::tuple<Shape, Options, int64_t, bool>;
@@ -150,12 +129,8 @@ TEST_P(KdaRefForward, RecurrenceMatchesChunkedForm) {
     const int64_t N = num_sequences(shape.B, shape.cu_seqlens);
     ASSERT_EQ(rec.o.sizes(), in.v.sizes());
     ASSERT_EQ(rec.ht.sizes(), at::IntArrayRef({N, shape.HV, shape.K, shape.V}));
-    const double err_o = rel_err(rec.o, chunked.o);
-    const double err_ht = rel_err(rec.ht, chunked.ht);
-    record_error("rel_err_o", err_o);
-    record_error("rel_err_ht", err_ht);
-    EXPECT_LE(err_o, kFormsRelTol);
-    EXPECT_LE(err_ht, kFormsRelTol);
+    expect_rel_err("o", rec.o, chunked.o, kFormsRelTol);
+    expect_rel_err("ht", rec.ht, chunked.ht, kFormsRelTol);
     EXPECT_TRUE(rec.o.isfinite().all().item<bool>());
     EXPECT_GT(rec.o.norm().item<double>(), 0.0);
 }
@@ -214,9 +189,7 @@ KdaOutputs autograd_recurrence(const KdaInputs& in) {
         }
         finals.push_back(at::stack(S));
     }
-    std::vector<at::Tensor> o_batches;
-    for (const auto& r : o_rows) o_batches.push_back(at::stack(r));
-    return {at::stack(o_batches), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals)};
 }
 
 using GradCase = std::tuple<Shape, Options, bool, bool>;
@@ -240,44 +213,26 @@ TEST_P(KdaRefBackward, MatchesAutograd) {
 
     const KdaGrads grads = kda_bwd(in, d_o, dht);
 
-    // autograd's leaves, by name
     KdaInputs leaf = in;
-    std::vector<std::pair<std::string, at::Tensor*>> fields = {
-        {"dq", &leaf.q}, {"dk", &leaf.k}, {"dv", &leaf.v}, {"dg", &leaf.g}, {"dbeta", &leaf.beta}};
+    std::vector<GradCheck> checks = {{"dq", &leaf.q, grads.dq},
+                                     {"dk", &leaf.k, grads.dk},
+                                     {"dv", &leaf.v, grads.dv},
+                                     {"dg", &leaf.g, grads.dg},
+                                     {"dbeta", &leaf.beta, grads.dbeta}};
     if (in.use_gate_in_kernel) {
-        fields.push_back({"dA_log", &leaf.A_log});
-        fields.push_back({"ddt_bias", &leaf.dt_bias});
+        checks.push_back({"dA_log", &leaf.A_log, grads.dA_log});
+        checks.push_back({"ddt_bias", &leaf.dt_bias, grads.ddt_bias});
     }
-    if (in.h0.defined()) fields.push_back({"dh0", &leaf.h0});
-    std::vector<at::Tensor> wrt;
-    for (auto& [name, field] : fields) {
-        *field = field->clone().set_requires_grad(true);
-        wrt.push_back(*field);
-    }
-    const KdaOutputs out = autograd_recurrence(leaf);
-    // the independent forward also checks the reference's activations and grouping
-    const KdaOutputs fwd = kda_fwd(in);
-    EXPECT_LE(rel_err(fwd.o, out.o.detach()), kFormsRelTol) << "o";
-    EXPECT_LE(rel_err(fwd.ht, out.ht.detach()), kFormsRelTol) << "ht";
-    at::Tensor loss = (out.o * d_o).sum();
-    if (dht.defined()) loss = loss + (out.ht * dht).sum();
-    const std::vector<at::Tensor> expected = torch::autograd::grad({loss}, wrt);
-
-    const std::map<std::string, at::Tensor> got = {{"dq", grads.dq},
-                                                   {"dk", grads.dk},
-                                                   {"dv", grads.dv},
-                                                   {"dg", grads.dg},
-                                                   {"dbeta", grads.dbeta},
-                                                   {"dA_log", grads.dA_log},
-                                                   {"ddt_bias", grads.ddt_bias},
-                                                   {"dh0", grads.dh0}};
-    for (size_t i = 0; i < fields.size(); ++i) {
-        const std::string& name = fields[i].first;
-        ASSERT_TRUE(got.at(name).defined()) << name;
-        const double err = rel_err(got.at(name), expected[i]);
-        record_error("rel_err_" + name, err);
-        EXPECT_LE(err, kGradRelTol) << name;
-    }
+    if (in.h0.defined()) checks.push_back({"dh0", &leaf.h0, grads.dh0});
+    const auto forward = [&] {
+        const KdaOutputs out = autograd_recurrence(leaf);
+        // the independent forward also checks the reference's activations and grouping
+        const KdaOutputs fwd = kda_fwd(in);
+        EXPECT_LE(rel_err(fwd.o, out.o.detach()), kFormsRelTol) << "o";
+        EXPECT_LE(rel_err(fwd.ht, out.ht.detach()), kFormsRelTol) << "ht";
+        return std::make_pair(out.o, out.ht);
+    };
+    expect_grads_match_autograd(checks, forward, d_o, dht, kGradRelTol);
     EXPECT_EQ(grads.dh0.defined(), in.h0.defined());
     EXPECT_EQ(grads.dA_log.defined(), in.use_gate_in_kernel);
 }
@@ -317,35 +272,26 @@ TEST(KdaRef, VarlenSequencesDoNotLeak) {
     const Shape shape{1, 164, 2, 4, 16, 24, {0, 0, 37, 100, 164}};
     const KdaInputs in = make_inputs(shape, kOptions.back(), true, 5);
     const KdaOutputs packed = kda_fwd(in);
-    for (const Sequence& seq : sequences(1, shape.T, shape.cu_seqlens)) {
-        if (seq.length() == 0) continue;
+    const auto run_alone = [&](const Sequence& seq) {
+        const auto cut = [&](const at::Tensor& x) { return x.narrow(1, seq.begin, seq.length()); };
         KdaInputs alone = in;
         alone.cu_seqlens.clear();
-        alone.q = in.q.narrow(1, seq.begin, seq.length());
-        alone.k = in.k.narrow(1, seq.begin, seq.length());
-        alone.v = in.v.narrow(1, seq.begin, seq.length());
-        alone.g = in.g.narrow(1, seq.begin, seq.length());
-        alone.beta = in.beta.narrow(1, seq.begin, seq.length());
+        alone.q = cut(in.q);
+        alone.k = cut(in.k);
+        alone.v = cut(in.v);
+        alone.g = cut(in.g);
+        alone.beta = cut(in.beta);
         alone.h0 = in.h0.narrow(0, seq.index, 1);
         const KdaOutputs single = kda_fwd(alone);
-        EXPECT_TRUE(at::equal(single.o, packed.o.narrow(1, seq.begin, seq.length())))
-            << "sequence " << seq.index;
-        EXPECT_TRUE(at::equal(single.ht[0], packed.ht[seq.index])) << "sequence " << seq.index;
-    }
+        return Results{{"o", single.o}, {"ht", single.ht}};
+    };
+    expect_varlen_matches_alone("packed", shape.cu_seqlens, {{"o", packed.o}, {"ht", packed.ht}},
+                                run_alone, {"o"}, {"ht"}, /*skip_empty=*/true);
 }
 
 TEST(KdaRef, ScaleZeroMeansInverseSqrtK) {
-    KdaInputs in = make_inputs({2, 12, 2, 2, 16, 8, {}}, kOptions[0], true, 6);
-    const KdaOutputs by_default = kda_fwd(in);
-    const KdaOutputs chunked_default = kda_fwd_chunked(in, 8);
-    in.scale = 0.25;
-    EXPECT_LE(rel_err(by_default.o, kda_fwd(in).o), 1e-15);
-    EXPECT_LE(rel_err(chunked_default.o, kda_fwd_chunked(in, 8).o), 1e-15);
-    // o is linear in the scale; ht does not see it
-    in.scale = 0.5;
-    const KdaOutputs doubled = kda_fwd(in);
-    EXPECT_LE(rel_err(doubled.o, 2.0 * by_default.o), 1e-15);
-    EXPECT_TRUE(at::equal(doubled.ht, by_default.ht));
+    expect_default_scale(make_inputs({2, 12, 2, 2, 16, 8, {}}, kOptions[0], true, 6), 0.25, kda_fwd,
+                         [](const KdaInputs& x) { return kda_fwd_chunked(x, 8); });
 }
 
 // The options change the math: each one, switched on, moves o.
@@ -391,81 +337,28 @@ TEST(KdaRef, EveryOutputIsFloat64) {
     }
 }
 
-// Records, on this thread, every aten op that reads or writes a floating tensor other than fp64:
-// the same view of the run that the dtype tracer takes (ARCHITECTURE.md).
-class NonFp64OpRecorder {
-  public:
-    NonFp64OpRecorder() {
-        found().clear();
-        ops_seen() = 0;
-        handle_ = at::addThreadLocalCallback(
-            at::RecordFunctionCallback(&on_start, &on_end).needsInputs(true).needsOutputs(true));
-    }
-    ~NonFp64OpRecorder() { at::removeCallback(handle_); }
-    NonFp64OpRecorder(const NonFp64OpRecorder&) = delete;
-    NonFp64OpRecorder& operator=(const NonFp64OpRecorder&) = delete;
-
-    static std::set<std::string>& found() {
-        static std::set<std::string> ops;
-        return ops;
-    }
-    static int64_t& ops_seen() {
-        static int64_t n = 0;
-        return n;
-    }
-
-  private:
-    static void check(const at::RecordFunction& fn, const c10::IValue& value) {
-        if (!value.isTensor()) return;
-        const at::Tensor& t = value.toTensor();
-        if (t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kDouble)
-            found().insert(std::string(fn.name()) + " " +
-                           std::string(c10::toString(t.scalar_type())));
-    }
-    static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-        ++ops_seen();
-        for (const c10::IValue& input : fn.inputs()) check(fn, input);
-        return nullptr;
-    }
-    static void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-        for (const c10::IValue& output : fn.outputs()) check(fn, output);
-    }
-
-    at::CallbackHandle handle_;
-};
-
 TEST(KdaRef, EveryOpStaysFloat64) {
     const KdaInputs in = make_inputs({1, 20, 1, 2, 4, 3, {0, 0, 7, 20}}, kOptions.back(), true, 12);
     const at::Tensor d_o = at::ones_like(in.v);   // [B, T, HV, V]
     const at::Tensor dht = at::ones_like(in.h0);  // [N, HV, K, V]
-    {
-        NonFp64OpRecorder recorder;
-        kda_fwd(in);
-        kda_fwd_chunked(in, 4);
-        kda_bwd(in, d_o, dht);
-        EXPECT_GT(NonFp64OpRecorder::ops_seen(), 100);
-        EXPECT_TRUE(NonFp64OpRecorder::found().empty())
-            << "first: " << *NonFp64OpRecorder::found().begin();
-    }
-    // the recorder does see a narrowing
-    NonFp64OpRecorder recorder;
-    (void)in.q.to(at::kFloat);
-    EXPECT_FALSE(NonFp64OpRecorder::found().empty());
+    expect_only_fp64_ops(
+        [&] {
+            kda_fwd(in);
+            kda_fwd_chunked(in, 4);
+            kda_bwd(in, d_o, dht);
+        },
+        in.q);
 }
 
 TEST(KdaRef, Float32InputIsInternalError) {
     const KdaInputs in = make_inputs({1, 6, 1, 2, 4, 3, {}}, kOptions.back(), true, 10);
     const at::Tensor d_o = at::ones_like(in.v);   // [B, T, HV, V]
     const at::Tensor dht = at::ones_like(in.h0);  // [N, HV, K, V]
-    for (at::Tensor KdaInputs::*field :
-         {&KdaInputs::q, &KdaInputs::k, &KdaInputs::v, &KdaInputs::g, &KdaInputs::beta,
-          &KdaInputs::A_log, &KdaInputs::dt_bias, &KdaInputs::h0}) {
-        KdaInputs narrowed = in;
-        narrowed.*field = (in.*field).to(at::kFloat);
-        EXPECT_THROW(kda_fwd(narrowed), InternalError);
-        EXPECT_THROW(kda_fwd_chunked(narrowed, 4), InternalError);
-        EXPECT_THROW(kda_bwd(narrowed, d_o, dht), InternalError);
-    }
+    using I = KdaInputs;
+    expect_narrowed_field_throws<InternalError>(
+        in, {&I::q, &I::k, &I::v, &I::g, &I::beta, &I::A_log, &I::dt_bias, &I::h0},
+        {[](const I& x) { kda_fwd(x); }, [](const I& x) { kda_fwd_chunked(x, 4); },
+         [&](const I& x) { kda_bwd(x, d_o, dht); }});
     EXPECT_THROW(kda_bwd(in, d_o.to(at::kFloat), dht), InternalError);
     EXPECT_THROW(kda_bwd(in, d_o, dht.to(at::kFloat)), InternalError);
 }

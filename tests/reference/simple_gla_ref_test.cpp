@@ -1,27 +1,23 @@
 // tests/reference/simple_gla_ref_test.cpp — the fp64 simple_gla reference against its parallel
 // form, against autograd, and on its dtype and varlen rules. Not a kernel test.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/record_function.h>
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
-#include <iomanip>
-#include <memory>
-#include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "common/family_test.h"
 #include "core/error.h"
 #include "core/varlen.h"
 #include "reference/simple_gla.h"
 
 namespace lav::ref {
 namespace {
+
+using namespace lav::test;
 
 // NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
 // here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 7e-15 on o and ht (at
@@ -54,10 +50,8 @@ struct Shape {
 };
 
 std::string shape_name(const Shape& s) {
-    std::string name = "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_H" +
-                       std::to_string(s.H) + "_K" + std::to_string(s.K) + "_V" +
-                       std::to_string(s.V);
-    return s.cu_seqlens.empty() ? name : name + "_varlen";
+    return test::shape_name({{"B", s.B}, {"T", s.T}, {"H", s.H}, {"K", s.K}, {"V", s.V}},
+                            !s.cu_seqlens.empty());
 }
 
 // gtest prints the parameters of a failed case with these
@@ -91,22 +85,6 @@ SimpleGlaInputs make_inputs(const Shape& s, Gate gate, bool with_h0, uint64_t se
     return in;
 }
 
-// ‖a − b‖₂ / ‖b‖₂, or ‖a‖₂ where b is exactly zero (dg at t = 0 without h0 must vanish)
-double rel_err(const at::Tensor& a, const at::Tensor& b) {
-    EXPECT_TRUE(a.defined() && b.defined());
-    EXPECT_EQ(a.sizes(), b.sizes());
-    const double base = b.norm().item<double>();
-    const double diff = (a - b).norm().item<double>();
-    return base == 0.0 ? diff : diff / base;
-}
-
-// records a measured error in the test's XML output (--gtest_output=xml)
-void record_error(const std::string& key, double err) {
-    std::ostringstream text;
-    text << std::scientific << std::setprecision(3) << err;
-    testing::Test::RecordProperty(key, text.str());
-}
-
 using Case = std::tuple<Shape, Gate, bool>;
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
@@ -129,12 +107,8 @@ TEST_P(SimpleGlaRefForward, RecurrenceMatchesParallelForm) {
     const int64_t N = num_sequences(shape.B, shape.cu_seqlens);
     ASSERT_EQ(rec.o.sizes(), in.v.sizes());
     ASSERT_EQ(rec.ht.sizes(), at::IntArrayRef({N, shape.H, shape.K, shape.V}));
-    const double err_o = rel_err(rec.o, par.o);
-    const double err_ht = rel_err(rec.ht, par.ht);
-    record_error("rel_err_o", err_o);
-    record_error("rel_err_ht", err_ht);
-    EXPECT_LE(err_o, kFormsRelTol);
-    EXPECT_LE(err_ht, kFormsRelTol);
+    expect_rel_err("o", rec.o, par.o, kFormsRelTol);
+    expect_rel_err("ht", rec.ht, par.ht, kFormsRelTol);
     EXPECT_TRUE(rec.o.isfinite().all().item<bool>());
 }
 
@@ -168,9 +142,7 @@ SimpleGlaOutputs autograd_recurrence(const SimpleGlaInputs& in) {
         }
         finals.push_back(S);
     }
-    std::vector<at::Tensor> o_batches;
-    for (const auto& r : o_rows) o_batches.push_back(at::stack(r));
-    return {at::stack(o_batches), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals)};
 }
 
 using GradCase = std::tuple<Shape, Gate, bool, bool>;
@@ -193,42 +165,19 @@ TEST_P(SimpleGlaRefBackward, MatchesAutograd) {
         with_dht ? at::randn({N, shape.H, shape.K, shape.V}, gen, kF64) : at::Tensor();
 
     const SimpleGlaGrads grads = simple_gla_bwd(in, d_o, dht);
-
-    // autograd's leaves, in the order dq, dk, dv, dg, dh0
-    SimpleGlaInputs leaf = in;
-    std::vector<at::Tensor*> leaf_fields = {&leaf.q, &leaf.k, &leaf.v};
-    if (in.g.defined()) leaf_fields.push_back(&leaf.g);
-    if (in.h0.defined()) leaf_fields.push_back(&leaf.h0);
-    std::vector<at::Tensor> wrt;
-    for (at::Tensor* field : leaf_fields) {
-        *field = field->clone().set_requires_grad(true);
-        wrt.push_back(*field);
-    }
-    const SimpleGlaOutputs out = autograd_recurrence(leaf);
-    at::Tensor loss = (out.o * d_o).sum();
-    if (dht.defined()) loss = loss + (out.ht * dht).sum();
-    const std::vector<at::Tensor> expected = torch::autograd::grad({loss}, wrt);
-
-    const std::vector<std::pair<std::string, at::Tensor>> got = {
-        {"dq", grads.dq}, {"dk", grads.dk}, {"dv", grads.dv}};
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double err = rel_err(got[i].second, expected[i]);
-        record_error("rel_err_" + got[i].first, err);
-        EXPECT_LE(err, kGradRelTol) << got[i].first;
-    }
-    size_t next = got.size();
     ASSERT_EQ(grads.dg.defined(), in.g.defined());
-    if (in.g.defined()) {
-        const double err = rel_err(grads.dg, expected[next++]);
-        record_error("rel_err_dg", err);
-        EXPECT_LE(err, kGradRelTol) << "dg";
-    }
     ASSERT_EQ(grads.dh0.defined(), in.h0.defined());
-    if (in.h0.defined()) {
-        const double err = rel_err(grads.dh0, expected[next++]);
-        record_error("rel_err_dh0", err);
-        EXPECT_LE(err, kGradRelTol) << "dh0";
-    }
+
+    SimpleGlaInputs leaf = in;
+    std::vector<GradCheck> checks = {
+        {"dq", &leaf.q, grads.dq}, {"dk", &leaf.k, grads.dk}, {"dv", &leaf.v, grads.dv}};
+    if (in.g.defined()) checks.push_back({"dg", &leaf.g, grads.dg});
+    if (in.h0.defined()) checks.push_back({"dh0", &leaf.h0, grads.dh0});
+    const auto forward = [&] {
+        const SimpleGlaOutputs out = autograd_recurrence(leaf);
+        return std::make_pair(out.o, out.ht);
+    };
+    expect_grads_match_autograd(checks, forward, d_o, dht, kGradRelTol);
 }
 
 // The reverse pass recomputes from a checkpoint every c = ⌈√len⌉ steps. Lengths here: 40 (c = 7,
@@ -263,33 +212,24 @@ TEST(SimpleGlaRef, VarlenSequencesDoNotLeak) {
     const Shape shape{1, 164, 2, 16, 24, {0, 0, 37, 100, 164}};
     const SimpleGlaInputs in = make_inputs(shape, Gate::kLogsigmoid, true, 5);
     const SimpleGlaOutputs packed = simple_gla_fwd(in);
-    for (const Sequence& seq : sequences(1, shape.T, shape.cu_seqlens)) {
-        if (seq.length() == 0) continue;
+    const auto run_alone = [&](const Sequence& seq) {
+        const auto cut = [&](const at::Tensor& x) { return x.narrow(1, seq.begin, seq.length()); };
         SimpleGlaInputs alone;
-        alone.q = in.q.narrow(1, seq.begin, seq.length());
-        alone.k = in.k.narrow(1, seq.begin, seq.length());
-        alone.v = in.v.narrow(1, seq.begin, seq.length());
-        alone.g = in.g.narrow(1, seq.begin, seq.length());
+        alone.q = cut(in.q);
+        alone.k = cut(in.k);
+        alone.v = cut(in.v);
+        alone.g = cut(in.g);
         alone.h0 = in.h0.narrow(0, seq.index, 1);
         const SimpleGlaOutputs single = simple_gla_fwd(alone);
-        EXPECT_TRUE(at::equal(single.o, packed.o.narrow(1, seq.begin, seq.length())))
-            << "sequence " << seq.index;
-        EXPECT_TRUE(at::equal(single.ht[0], packed.ht[seq.index])) << "sequence " << seq.index;
-    }
+        return Results{{"o", single.o}, {"ht", single.ht}};
+    };
+    expect_varlen_matches_alone("packed", shape.cu_seqlens, {{"o", packed.o}, {"ht", packed.ht}},
+                                run_alone, {"o"}, {"ht"}, /*skip_empty=*/true);
 }
 
 TEST(SimpleGlaRef, ScaleZeroMeansInverseSqrtK) {
-    SimpleGlaInputs in = make_inputs({2, 12, 2, 16, 8, {}}, Gate::kLogsigmoid, true, 6);
-    const SimpleGlaOutputs by_default = simple_gla_fwd(in);
-    const SimpleGlaOutputs parallel_default = simple_gla_fwd_parallel(in);
-    in.scale = 0.25;
-    EXPECT_LE(rel_err(by_default.o, simple_gla_fwd(in).o), 1e-15);
-    EXPECT_LE(rel_err(parallel_default.o, simple_gla_fwd_parallel(in).o), 1e-15);
-    // o is linear in the scale; ht does not see it
-    in.scale = 0.5;
-    const SimpleGlaOutputs doubled = simple_gla_fwd(in);
-    EXPECT_LE(rel_err(doubled.o, 2.0 * by_default.o), 1e-15);
-    EXPECT_TRUE(at::equal(doubled.ht, by_default.ht));
+    expect_default_scale(make_inputs({2, 12, 2, 16, 8, {}}, Gate::kLogsigmoid, true, 6), 0.25,
+                         simple_gla_fwd, simple_gla_fwd_parallel);
 }
 
 TEST(SimpleGlaRef, EveryOutputIsFloat64) {
@@ -307,67 +247,18 @@ TEST(SimpleGlaRef, EveryOutputIsFloat64) {
     }
 }
 
-// Records, on this thread, every aten op that reads or writes a floating tensor other than fp64:
-// the same view of the run that the dtype tracer takes (ARCHITECTURE.md).
-class NonFp64OpRecorder {
-  public:
-    NonFp64OpRecorder() {
-        found().clear();
-        ops_seen() = 0;
-        handle_ = at::addThreadLocalCallback(
-            at::RecordFunctionCallback(&on_start, &on_end).needsInputs(true).needsOutputs(true));
-    }
-    ~NonFp64OpRecorder() { at::removeCallback(handle_); }
-    NonFp64OpRecorder(const NonFp64OpRecorder&) = delete;
-    NonFp64OpRecorder& operator=(const NonFp64OpRecorder&) = delete;
-
-    static std::set<std::string>& found() {
-        static std::set<std::string> ops;
-        return ops;
-    }
-    static int64_t& ops_seen() {
-        static int64_t n = 0;
-        return n;
-    }
-
-  private:
-    static void check(const at::RecordFunction& fn, const c10::IValue& value) {
-        if (!value.isTensor()) return;
-        const at::Tensor& t = value.toTensor();
-        if (t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kDouble)
-            found().insert(std::string(fn.name()) + " " +
-                           std::string(c10::toString(t.scalar_type())));
-    }
-    static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
-        ++ops_seen();
-        for (const c10::IValue& input : fn.inputs()) check(fn, input);
-        return nullptr;
-    }
-    static void on_end(const at::RecordFunction& fn, at::ObserverContext*) {
-        for (const c10::IValue& output : fn.outputs()) check(fn, output);
-    }
-
-    at::CallbackHandle handle_;
-};
-
 TEST(SimpleGlaRef, EveryOpStaysFloat64) {
     const SimpleGlaInputs in =
         make_inputs({1, 20, 2, 4, 3, {0, 0, 7, 20}}, Gate::kLogsigmoidAndGamma, true, 12);
     const at::Tensor d_o = at::ones_like(in.v);   // [B, T, H, V]
     const at::Tensor dht = at::ones_like(in.h0);  // [N, H, K, V]
-    {
-        NonFp64OpRecorder recorder;
-        simple_gla_fwd(in);
-        simple_gla_fwd_parallel(in);
-        simple_gla_bwd(in, d_o, dht);
-        EXPECT_GT(NonFp64OpRecorder::ops_seen(), 100);
-        EXPECT_TRUE(NonFp64OpRecorder::found().empty())
-            << "first: " << *NonFp64OpRecorder::found().begin();
-    }
-    // the recorder does see a narrowing
-    NonFp64OpRecorder recorder;
-    (void)in.q.to(at::kFloat);
-    EXPECT_FALSE(NonFp64OpRecorder::found().empty());
+    expect_only_fp64_ops(
+        [&] {
+            simple_gla_fwd(in);
+            simple_gla_fwd_parallel(in);
+            simple_gla_bwd(in, d_o, dht);
+        },
+        in.q);
 }
 
 TEST(SimpleGlaRef, Float32InputIsInternalError) {
@@ -375,15 +266,11 @@ TEST(SimpleGlaRef, Float32InputIsInternalError) {
         make_inputs({1, 6, 2, 4, 3, {}}, Gate::kLogsigmoidAndGamma, true, 10);
     const at::Tensor d_o = at::ones_like(in.v);   // [B, T, H, V]
     const at::Tensor dht = at::ones_like(in.h0);  // [N, H, K, V]
-    for (at::Tensor SimpleGlaInputs::*field :
-         {&SimpleGlaInputs::q, &SimpleGlaInputs::k, &SimpleGlaInputs::v, &SimpleGlaInputs::g,
-          &SimpleGlaInputs::g_gamma, &SimpleGlaInputs::h0}) {
-        SimpleGlaInputs narrowed = in;
-        narrowed.*field = (in.*field).to(at::kFloat);
-        EXPECT_THROW(simple_gla_fwd(narrowed), InternalError);
-        EXPECT_THROW(simple_gla_fwd_parallel(narrowed), InternalError);
-        EXPECT_THROW(simple_gla_bwd(narrowed, d_o, dht), InternalError);
-    }
+    using I = SimpleGlaInputs;
+    expect_narrowed_field_throws<InternalError>(
+        in, {&I::q, &I::k, &I::v, &I::g, &I::g_gamma, &I::h0},
+        {[](const I& x) { simple_gla_fwd(x); }, [](const I& x) { simple_gla_fwd_parallel(x); },
+         [&](const I& x) { simple_gla_bwd(x, d_o, dht); }});
     EXPECT_THROW(simple_gla_bwd(in, d_o.to(at::kFloat), dht), InternalError);
     EXPECT_THROW(simple_gla_bwd(in, d_o, dht.to(at::kFloat)), InternalError);
 }

@@ -1,0 +1,45 @@
+// kernels/common/cpu_ops.h — tensor helpers the CPU backends share: NaN-poisoned outputs, the
+// fp32 working copies, the contract's rounding points and the (sequence, head) lane loop.
+// Host code on LibTorch; no family's math lives here.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "core/varlen.h"
+
+namespace lav::kernels::cpu {
+
+/// What every output starts as, so that an element a backend never writes shows up as NaN.
+constexpr double kPoison = std::numeric_limits<double>::quiet_NaN();
+
+/// A tensor of `sizes` and `dtype` filled with kPoison.
+inline at::Tensor poisoned(at::IntArrayRef sizes, c10::ScalarType dtype) {
+    return at::full(sizes, kPoison, at::TensorOptions().dtype(dtype));
+}
+
+/// A fresh contiguous fp32 copy, also of fp32 input: a fixed allocation keeps results
+/// independent of the caller's layout and strides (head_first and head_last agree bitwise).
+inline at::Tensor widen(const at::Tensor& x) { return at::empty(x.sizes(), at::kFloat).copy_(x); }
+
+/// x rounded to `dtype` and read back in fp32: a storage point of the contract.
+inline at::Tensor round_to(const at::Tensor& x, c10::ScalarType dtype) {
+    return dtype == at::kFloat ? x : x.to(dtype).to(at::kFloat);
+}
+
+/// Runs `lane_fn(sequence, head)` over every (sequence, head) pair of `heads` heads, in
+/// parallel; each pair must write disjoint elements of the results. The ATen ops inside a
+/// task run on its thread.
+template <typename F>
+void for_each_lane(const std::vector<Sequence>& seqs, int64_t heads, const F& lane_fn) {
+    const int64_t lanes = static_cast<int64_t>(seqs.size()) * heads;
+    at::parallel_for(0, lanes, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t j = lo; j < hi; ++j) lane_fn(seqs[j / heads], j % heads);
+    });
+}
+
+}  // namespace lav::kernels::cpu
