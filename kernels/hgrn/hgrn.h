@@ -50,6 +50,14 @@ HgrnFwd hgrn_recurrent_fwd_cpu(const HgrnArgs& args);
 HgrnGrads hgrn_recurrent_bwd_cpu(const HgrnArgs& args, const at::Tensor& d_o,
                                  const at::Tensor& dht);
 
+/// The CUDA backend (builds with CUDA only): the tensors of `args` on one CUDA device,
+/// cu_seqlens int32 or int64 on any device; results on that device.
+HgrnFwd hgrn_recurrent_fwd_cuda(const HgrnArgs& args);
+HgrnGrads hgrn_recurrent_bwd_cuda(const HgrnArgs& args, const at::Tensor& d_o,
+                                  const at::Tensor& dht);
+HgrnFwd hgrn_chunk_fwd_cuda(const HgrnArgs& args);
+HgrnGrads hgrn_chunk_bwd_cuda(const HgrnArgs& args, const at::Tensor& d_o, const at::Tensor& dht);
+
 /// The precision contract of `variant` ("chunk" or "recurrent"), `backward` or forward, for
 /// the dtypes of `args`. Its items name every tensor the variant stores, including
 /// "o", "ht", "dx", "dg", "dh0" for the observable results.

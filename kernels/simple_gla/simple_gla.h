@@ -56,6 +56,15 @@ SimpleGlaFwd simple_gla_recurrent_fwd_cpu(const SimpleGlaArgs& args);
 SimpleGlaGrads simple_gla_recurrent_bwd_cpu(const SimpleGlaArgs& args, const at::Tensor& d_o,
                                             const at::Tensor& dht);
 
+/// The CUDA backend (builds with CUDA only): the tensors of `args` on one CUDA device,
+/// cu_seqlens int32 or int64 on any device; results on that device.
+SimpleGlaFwd simple_gla_recurrent_fwd_cuda(const SimpleGlaArgs& args);
+SimpleGlaGrads simple_gla_recurrent_bwd_cuda(const SimpleGlaArgs& args, const at::Tensor& d_o,
+                                             const at::Tensor& dht);
+SimpleGlaFwd simple_gla_chunk_fwd_cuda(const SimpleGlaArgs& args);
+SimpleGlaGrads simple_gla_chunk_bwd_cuda(const SimpleGlaArgs& args, const at::Tensor& d_o,
+                                         const at::Tensor& dht);
+
 /// The precision contract of `variant` ("chunk" or "recurrent"), `backward` or forward, for
 /// the dtypes of `args`. Its items name every tensor the variant stores, including
 /// "o", "ht", "dq", "dk", "dv", "dg", "dh0" for the observable results.

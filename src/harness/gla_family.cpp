@@ -82,6 +82,37 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
+// the runner hands CUDA tensors to the variants in cuda_variants: lav's CUDA kernels run them
+kernels::GlaFwd recurrent_fwd(const kernels::GlaArgs& a) {
+#ifdef LAV_HAS_CUDA
+    if (a.q.is_cuda()) return kernels::gla_recurrent_fwd_cuda(a);
+#endif
+    return kernels::gla_recurrent_fwd_cpu(a);
+}
+
+kernels::GlaGrads recurrent_bwd(const kernels::GlaArgs& a, const at::Tensor& d_o,
+                                const at::Tensor& dht) {
+#ifdef LAV_HAS_CUDA
+    if (a.q.is_cuda()) return kernels::gla_recurrent_bwd_cuda(a, d_o, dht);
+#endif
+    return kernels::gla_recurrent_bwd_cpu(a, d_o, dht);
+}
+
+kernels::GlaFwd chunk_fwd(const kernels::GlaArgs& a) {
+#ifdef LAV_HAS_CUDA
+    if (a.q.is_cuda()) return kernels::gla_chunk_fwd_cuda(a);
+#endif
+    return kernels::gla_chunk_fwd_cpu(a);
+}
+
+kernels::GlaGrads chunk_bwd(const kernels::GlaArgs& a, const at::Tensor& d_o,
+                            const at::Tensor& dht) {
+#ifdef LAV_HAS_CUDA
+    if (a.q.is_cuda()) return kernels::gla_chunk_bwd_cuda(a, d_o, dht);
+#endif
+    return kernels::gla_chunk_bwd_cpu(a, d_o, dht);
+}
+
 KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
                      const TensorMap& cot, bool backward) {
     kernels::GlaArgs a;
@@ -103,15 +134,13 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     KernelResult result;
     result.contract = kernels::gla_contract(variant, backward, a);
     if (!backward) {
-        const kernels::GlaFwd f =
-            chunk ? kernels::gla_chunk_fwd_cpu(a) : kernels::gla_recurrent_fwd_cpu(a);
+        const kernels::GlaFwd f = chunk ? chunk_fwd(a) : recurrent_fwd(a);
         result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
         return result;
     }
     const at::Tensor d_o = cot.at("d_o");
     const at::Tensor dht = cot.at("dht");
-    const kernels::GlaGrads g = chunk ? kernels::gla_chunk_bwd_cpu(a, d_o, dht)
-                                      : kernels::gla_recurrent_bwd_cpu(a, d_o, dht);
+    const kernels::GlaGrads g = chunk ? chunk_bwd(a, d_o, dht) : recurrent_bwd(a, d_o, dht);
     result.results = {{"dq", to_head_last(g.dq, c.layout)},
                       {"dk", to_head_last(g.dk, c.layout)},
                       {"dv", to_head_last(g.dv, c.layout)},
@@ -135,6 +164,9 @@ Family gla_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+#ifdef LAV_HAS_CUDA
+    f.cuda_variants = {"chunk", "recurrent"};
+#endif
     return f;
 }
 

@@ -79,6 +79,37 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
+// the runner hands CUDA tensors to the variants in cuda_variants: lav's CUDA kernels run them
+kernels::HgrnFwd recurrent_fwd(const kernels::HgrnArgs& a) {
+#ifdef LAV_HAS_CUDA
+    if (a.x.is_cuda()) return kernels::hgrn_recurrent_fwd_cuda(a);
+#endif
+    return kernels::hgrn_recurrent_fwd_cpu(a);
+}
+
+kernels::HgrnGrads recurrent_bwd(const kernels::HgrnArgs& a, const at::Tensor& d_o,
+                                 const at::Tensor& dht) {
+#ifdef LAV_HAS_CUDA
+    if (a.x.is_cuda()) return kernels::hgrn_recurrent_bwd_cuda(a, d_o, dht);
+#endif
+    return kernels::hgrn_recurrent_bwd_cpu(a, d_o, dht);
+}
+
+kernels::HgrnFwd chunk_fwd(const kernels::HgrnArgs& a) {
+#ifdef LAV_HAS_CUDA
+    if (a.x.is_cuda()) return kernels::hgrn_chunk_fwd_cuda(a);
+#endif
+    return kernels::hgrn_chunk_fwd_cpu(a);
+}
+
+kernels::HgrnGrads chunk_bwd(const kernels::HgrnArgs& a, const at::Tensor& d_o,
+                             const at::Tensor& dht) {
+#ifdef LAV_HAS_CUDA
+    if (a.x.is_cuda()) return kernels::hgrn_chunk_bwd_cuda(a, d_o, dht);
+#endif
+    return kernels::hgrn_chunk_bwd_cpu(a, d_o, dht);
+}
+
 KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
                      const TensorMap& cot, bool backward) {
     kernels::HgrnArgs a;
@@ -97,15 +128,13 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     KernelResult result;
     result.contract = kernels::hgrn_contract(variant, backward, a);
     if (!backward) {
-        const kernels::HgrnFwd f =
-            chunk ? kernels::hgrn_chunk_fwd_cpu(a) : kernels::hgrn_recurrent_fwd_cpu(a);
+        const kernels::HgrnFwd f = chunk ? chunk_fwd(a) : recurrent_fwd(a);
         result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
         return result;
     }
     const at::Tensor d_o = cot.at("d_o");
     const at::Tensor dht = cot.at("dht");
-    const kernels::HgrnGrads g = chunk ? kernels::hgrn_chunk_bwd_cpu(a, d_o, dht)
-                                       : kernels::hgrn_recurrent_bwd_cpu(a, d_o, dht);
+    const kernels::HgrnGrads g = chunk ? chunk_bwd(a, d_o, dht) : recurrent_bwd(a, d_o, dht);
     result.results = {{"dx", to_head_last(g.dx, c.layout)}, {"dg", to_head_last(g.dg, c.layout)}};
     if (g.dh0.defined()) result.results["dh0"] = g.dh0;
     return result;
@@ -126,6 +155,9 @@ Family hgrn_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+#ifdef LAV_HAS_CUDA
+    f.cuda_variants = {"chunk", "recurrent"};
+#endif
     return f;
 }
 

@@ -81,6 +81,37 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
+// the runner hands CUDA tensors to the variants in cuda_variants: lav's CUDA kernels run them
+kernels::SimpleGlaFwd recurrent_fwd(const kernels::SimpleGlaArgs& a) {
+#ifdef LAV_HAS_CUDA
+    if (a.q.is_cuda()) return kernels::simple_gla_recurrent_fwd_cuda(a);
+#endif
+    return kernels::simple_gla_recurrent_fwd_cpu(a);
+}
+
+kernels::SimpleGlaGrads recurrent_bwd(const kernels::SimpleGlaArgs& a, const at::Tensor& d_o,
+                                      const at::Tensor& dht) {
+#ifdef LAV_HAS_CUDA
+    if (a.q.is_cuda()) return kernels::simple_gla_recurrent_bwd_cuda(a, d_o, dht);
+#endif
+    return kernels::simple_gla_recurrent_bwd_cpu(a, d_o, dht);
+}
+
+kernels::SimpleGlaFwd chunk_fwd(const kernels::SimpleGlaArgs& a) {
+#ifdef LAV_HAS_CUDA
+    if (a.q.is_cuda()) return kernels::simple_gla_chunk_fwd_cuda(a);
+#endif
+    return kernels::simple_gla_chunk_fwd_cpu(a);
+}
+
+kernels::SimpleGlaGrads chunk_bwd(const kernels::SimpleGlaArgs& a, const at::Tensor& d_o,
+                                  const at::Tensor& dht) {
+#ifdef LAV_HAS_CUDA
+    if (a.q.is_cuda()) return kernels::simple_gla_chunk_bwd_cuda(a, d_o, dht);
+#endif
+    return kernels::simple_gla_chunk_bwd_cpu(a, d_o, dht);
+}
+
 KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
                      const TensorMap& cot, bool backward) {
     kernels::SimpleGlaArgs a;
@@ -103,15 +134,13 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     KernelResult result;
     result.contract = kernels::simple_gla_contract(variant, backward, a);
     if (!backward) {
-        const kernels::SimpleGlaFwd f =
-            chunk ? kernels::simple_gla_chunk_fwd_cpu(a) : kernels::simple_gla_recurrent_fwd_cpu(a);
+        const kernels::SimpleGlaFwd f = chunk ? chunk_fwd(a) : recurrent_fwd(a);
         result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
         return result;
     }
     const at::Tensor d_o = cot.at("d_o");
     const at::Tensor dht = cot.at("dht");
-    const kernels::SimpleGlaGrads g = chunk ? kernels::simple_gla_chunk_bwd_cpu(a, d_o, dht)
-                                            : kernels::simple_gla_recurrent_bwd_cpu(a, d_o, dht);
+    const kernels::SimpleGlaGrads g = chunk ? chunk_bwd(a, d_o, dht) : recurrent_bwd(a, d_o, dht);
     result.results = {{"dq", to_head_last(g.dq, c.layout)},
                       {"dk", to_head_last(g.dk, c.layout)},
                       {"dv", to_head_last(g.dv, c.layout)}};
@@ -137,6 +166,9 @@ Family simple_gla_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+#ifdef LAV_HAS_CUDA
+    f.cuda_variants = {"chunk", "recurrent"};
+#endif
     return f;
 }
 

@@ -1,0 +1,1077 @@
+# bench/cuda_ops.py — lav's CUDA ops vs flash-linear-attention: speed, fp64 error. Not a test.
+"""Benchmark of lav's CUDA ops against flash-linear-attention (FLA).
+
+For every op and shape this script
+
+- generates inputs as FLA's ``benchmarks/ops/registry.py`` does (``torch.manual_seed(42)``,
+  everything drawn with ``randn`` in the benchmark dtype; ``g = logsigmoid(randn)`` for
+  simple_gla ``[B, T, H]`` and hgrn ``[B, T, W]``, ``logsigmoid(randn).clamp_min(-5)`` for gla
+  ``[B, T, H, K]``);
+- measures the first call's wall time (FLA's includes Triton's JIT and autotuning; lav's
+  kernels are compiled ahead of time);
+- times forward and forward+backward with CUDA events, median over ``--iters`` runs after
+  ``--warmup`` runs, with the L2 cache flushed before each timed run;
+- reports achieved HBM bandwidth (minimal bytes moved / time) against the device's peak;
+- computes rel_rmse = ||x - ref||_2 / ||ref||_2 of o, the final state and every input gradient
+  against a float64 reference evaluated on the same (rounded) input values.
+
+Failures on either side are recorded per op, shape and pass as ``refused: <message>`` and the
+run goes on. Results are written to ``--out`` after every case, so a run cut short still leaves
+what it measured. See bench/README.md for how to run it on the CUDA host.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import datetime
+import glob
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import zipfile
+from dataclasses import dataclass
+from typing import Any, Callable
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+DEFAULT_SHAPES = "B4_T2048_H16_D128,B1_T8192_H96_D128,B8_T1024_H8_D64"
+DRY_RUN_SHAPES = "B2_T100_H2_D16,B1_T67_H3_D8"
+CHUNK_OPS = ["chunk_simple_gla", "chunk_gla", "chunk_hgrn"]
+ALL_OPS = CHUNK_OPS + ["fused_recurrent_simple_gla", "fused_recurrent_gla", "fused_recurrent_hgrn"]
+
+# peak HBM bandwidth in GB/s from NVIDIA's data sheets; substring of the device name -> GB/s,
+# first match wins, so the more specific names come first.
+PEAK_HBM_GBPS = [
+    ("H200", 4800.0),
+    ("GH200", 4000.0),
+    ("H100 NVL", 3900.0),
+    ("H100 PCIe", 2000.0),
+    ("H100", 3350.0),
+    ("A100-SXM4-80GB", 2039.0),
+    ("A100 80GB PCIe", 1935.0),
+    ("A100", 1555.0),
+]
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+BYTES_FORMULA = {
+    "qkv": {
+        "fwd": "bytes = |q| + |k| + |v| + |g| (read) + |o| (written)",
+        "fwd+bwd": "bytes = |q| + |k| + |v| + |g| + |o| + |do| (read) + |dq| + |dk| + |dv| + |dg| "
+        "(written)",
+    },
+    "hgrn": {
+        "fwd": "bytes = |x| + |g| (read) + |o| (written)",
+        "fwd+bwd": "bytes = |x| + |g| + |o| + |do| (read) + |dx| + |dg| (written)",
+    },
+    "note": "|t| = numel(t) x element size of the input dtype (gradients counted in the input "
+    "dtype); the final state, chunk states and any re-reads are not counted, so this is a lower "
+    "bound on the traffic and % of peak is an upper bound on what is reachable. "
+    "achieved GB/s = bytes / median time; % of roofline = achieved / peak HBM bandwidth.",
+}
+
+torch = None  # imported in main(), after TRITON_CACHE_DIR is set
+F = None
+_T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - _T0:7.1f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def _import_torch() -> None:
+    global torch, F
+    import torch as _torch
+    import torch.nn.functional as _F
+
+    torch, F = _torch, _F
+
+
+# ---- shapes and ops ----
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    B: int
+    T: int
+    H: int
+    D: int
+
+
+def parse_shapes(text: str) -> list[Shape]:
+    shapes = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        m = re.fullmatch(r"B(\d+)_T(\d+)_H(\d+)_D(\d+)", item)
+        if not m:
+            raise SystemExit(f"error: bad shape '{item}'\nnote: expected B<n>_T<n>_H<n>_D<n>, "
+                             f"for example B4_T2048_H16_D128")
+        shapes.append(Shape(item, *map(int, m.groups())))
+    return shapes
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    family: str  # simple_gla | gla | hgrn
+    fla_module: str
+    fla_gate_kwarg: str  # how FLA's function names the gate argument
+
+
+OPS = {
+    "chunk_simple_gla": OpSpec("chunk_simple_gla", "simple_gla", "fla.ops.simple_gla", "g"),
+    "fused_recurrent_simple_gla": OpSpec("fused_recurrent_simple_gla", "simple_gla",
+                                         "fla.ops.simple_gla", "g"),
+    "chunk_gla": OpSpec("chunk_gla", "gla", "fla.ops.gla", "g"),
+    # fla's fused_recurrent_gla takes the per-key gate as `gk`
+    "fused_recurrent_gla": OpSpec("fused_recurrent_gla", "gla", "fla.ops.gla", "gk"),
+    "chunk_hgrn": OpSpec("chunk_hgrn", "hgrn", "fla.ops.hgrn", "g"),
+    "fused_recurrent_hgrn": OpSpec("fused_recurrent_hgrn", "hgrn", "fla.ops.hgrn", "g"),
+}
+
+
+def input_names(family: str) -> list[str]:
+    return ["x", "g"] if family == "hgrn" else ["q", "k", "v", "g"]
+
+
+def make_inputs(family: str, shape: Shape, dtype, device) -> dict:
+    """Inputs as FLA's benchmark registry draws them; seeded per case so every run is the same."""
+    torch.manual_seed(42)
+    B, T, H, D = shape.B, shape.T, shape.H, shape.D
+    if family == "hgrn":
+        # hgrn has no heads: its width is W = H * D
+        x = torch.randn(B, T, H * D, dtype=dtype, device=device)
+        g = F.logsigmoid(torch.randn(B, T, H * D, dtype=dtype, device=device))
+        return {"x": x, "g": g}
+    q = torch.randn(B, T, H, D, dtype=dtype, device=device)
+    k = torch.randn(B, T, H, D, dtype=dtype, device=device)
+    v = torch.randn(B, T, H, D, dtype=dtype, device=device)
+    if family == "simple_gla":
+        g = F.logsigmoid(torch.randn(B, T, H, dtype=dtype, device=device))
+    else:
+        # fla's registry clamps the per-key gate of chunk_gla at -5
+        g = F.logsigmoid(torch.randn(B, T, H, D, dtype=dtype, device=device)).clamp_min(-5)
+    return {"q": q, "k": k, "v": v, "g": g}
+
+
+def slice_heads(family: str, name: str, t, heads: int, D: int):
+    """The first `heads` heads of an input, output or gradient (hgrn: the first heads*D columns).
+
+    Heads (and hgrn's columns) do not interact, so the error on a slice of one run equals the
+    error of a run on the sliced inputs.
+    """
+    if family == "hgrn":
+        return t[..., : heads * D]
+    if name == "ht":
+        return t[:, :heads]  # [N, H, K, V]
+    return t[:, :, :heads]  # [B, T, H, ...]
+
+
+# ---- fp64 reference ----
+#
+# Chunked forms of the recurrences, written with differentiable torch ops so that autograd
+# gives the reference gradients. The same functions evaluated in float32 serve as a stand-in
+# implementation for --dry-run. check_reference() compares them with token-by-token loops.
+
+
+def _safe_chunk(g, want: int) -> int:
+    # the split-exponential forms below scale by exp(-cumsum(g)) inside a chunk; keep that
+    # below exp(600) so float64 neither overflows nor underflows (its range ends at 1e308)
+    worst = float(-g.min().clamp(max=0).item()) if g.numel() else 0.0
+    if worst == 0.0:
+        return want
+    return max(1, min(want, int(600.0 / worst)))
+
+
+def ref_simple_gla(q, k, v, g, scale: float, chunk: int = 64):
+    """o_t = scale * q_t S_t, S_t = exp(g_t) S_{t-1} + k_t^T v_t; q,k,v [B,T,H,*], g [B,T,H]."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    S = q.new_zeros(B, H, K, V)  # [B, H, K, V]
+    outs = []
+    for s in range(0, T, chunk):
+        e = min(s + chunk, T)
+        qc = q[:, s:e].transpose(1, 2) * scale  # [B, H, c, K]
+        kc = k[:, s:e].transpose(1, 2)  # [B, H, c, K]
+        vc = v[:, s:e].transpose(1, 2)  # [B, H, c, V]
+        gc = g[:, s:e].transpose(1, 2).cumsum(-1)  # [B, H, c]
+        c = e - s
+        causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+        # exact decay matrix: mask before exp so exp never sees the (positive) upper triangle
+        decay = (gc[..., :, None] - gc[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+        o = ((qc @ kc.transpose(-1, -2)) * decay) @ vc + (qc * gc.exp()[..., None]) @ S
+        glast = gc[..., -1:]  # [B, H, 1]
+        S = glast.exp()[..., None] * S + (kc * (glast - gc).exp()[..., None]).transpose(-1, -2) @ vc
+        outs.append(o)
+    return torch.cat(outs, dim=2).transpose(1, 2), S
+
+
+def ref_gla(q, k, v, g, scale: float, chunk: int = 16):
+    """o_t = scale * q_t S_t, S_t = diag(exp(g_t)) S_{t-1} + k_t^T v_t; g [B,T,H,K]."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    chunk = _safe_chunk(g, chunk)
+    S = q.new_zeros(B, H, K, V)  # [B, H, K, V]
+    outs = []
+    for s in range(0, T, chunk):
+        e = min(s + chunk, T)
+        qc = q[:, s:e].transpose(1, 2) * scale  # [B, H, c, K]
+        kc = k[:, s:e].transpose(1, 2)  # [B, H, c, K]
+        vc = v[:, s:e].transpose(1, 2)  # [B, H, c, V]
+        gc = g[:, s:e].transpose(1, 2).cumsum(2)  # [B, H, c, K]
+        c = e - s
+        causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+        qg = qc * gc.exp()  # [B, H, c, K]
+        kg = kc * (-gc).exp()  # [B, H, c, K]
+        A = (qg @ kg.transpose(-1, -2)).masked_fill(~causal, 0.0)  # [B, H, c, c]
+        o = A @ vc + qg @ S
+        glast = gc[:, :, -1:]  # [B, H, 1, K]
+        S = glast.exp().transpose(-1, -2) * S + (kc * (glast - gc).exp()).transpose(-1, -2) @ vc
+        outs.append(o)
+    return torch.cat(outs, dim=2).transpose(1, 2), S
+
+
+def ref_hgrn(x, g, chunk: int = 64):
+    """h_t = exp(g_t) * h_{t-1} + x_t, o_t = h_t; x, g [B,T,W]; returns (o, h_T)."""
+    B, T, W = x.shape
+    chunk = _safe_chunk(g, chunk)
+    h = x.new_zeros(B, W)  # [B, W]
+    outs = []
+    for s in range(0, T, chunk):
+        e = min(s + chunk, T)
+        gc = g[:, s:e].cumsum(1)  # [B, c, W]
+        o = gc.exp() * (h[:, None] + (x[:, s:e] * (-gc).exp()).cumsum(1))
+        h = o[:, -1]
+        outs.append(o)
+    return torch.cat(outs, dim=1), h
+
+
+def run_reference(family: str, ins: dict, acc_dtype, out_dtype=None):
+    """(o, final_state) of the chunked reference computed in acc_dtype on the given tensors."""
+    up = {n: t.to(acc_dtype) for n, t in ins.items()}
+    if family == "hgrn":
+        o, ht = ref_hgrn(up["x"], up["g"])
+    else:
+        scale = up["q"].shape[-1] ** -0.5
+        fn = ref_simple_gla if family == "simple_gla" else ref_gla
+        o, ht = fn(up["q"], up["k"], up["v"], up["g"], scale)
+    if out_dtype is not None:
+        o = o.to(out_dtype)
+    return o, ht
+
+
+def naive_recurrent(family: str, ins: dict):
+    """Token-by-token recurrence, float64; only for check_reference()."""
+    if family == "hgrn":
+        x, g = ins["x"], ins["g"]
+        h = x.new_zeros(x.shape[0], x.shape[2])
+        outs = []
+        for t in range(x.shape[1]):
+            h = g[:, t].exp() * h + x[:, t]
+            outs.append(h)
+        return torch.stack(outs, 1), h
+    q, k, v, g = ins["q"], ins["k"], ins["v"], ins["g"]
+    B, T, H, K = q.shape
+    scale = K ** -0.5
+    S = q.new_zeros(B, H, K, v.shape[-1])
+    outs = []
+    for t in range(T):
+        decay = g[:, t].exp()[..., None, None] if g.dim() == 3 else g[:, t].exp()[..., None]
+        S = decay * S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        outs.append((q[:, t, :, None, :] * scale @ S)[:, :, 0])
+    return torch.stack(outs, 1), S
+
+
+def check_reference(device) -> dict:
+    """Chunked fp64 references against token-by-token fp64 loops, values and gradients."""
+    results = {}
+    for family, shape in [("simple_gla", Shape("B2_T100_H2_D8", 2, 100, 2, 8)),
+                          ("gla", Shape("B2_T37_H2_D8", 2, 37, 2, 8)),
+                          ("hgrn", Shape("B2_T130_H2_D4", 2, 130, 2, 4))]:
+        ins = {n: t.double().requires_grad_() for n, t in
+               make_inputs(family, shape, torch.float64, device).items()}
+        do = torch.randn_like(ins["x" if family == "hgrn" else "v"])
+        worst = 0.0
+        outs = []
+        for fn in (lambda: run_reference(family, ins, torch.float64),
+                   lambda: naive_recurrent(family, ins)):
+            o, ht = fn()
+            grads = torch.autograd.grad((o * do).sum() + ht.sum(), list(ins.values()))
+            outs.append([o, ht, *grads])
+        for a, b in zip(*outs):
+            worst = max(worst, rel_rmse(a, b))
+        results[family] = {"shape": shape.name, "max_rel_rmse": worst, "ok": worst < 1e-12}
+    return results
+
+
+# ---- errors ----
+
+
+def rel_rmse(x, ref) -> float:
+    """||x - ref||_2 / ||ref||_2 in float64; NaN if x has a non-finite value."""
+    x = x.detach().double()
+    ref = ref.detach().double()
+    if x.shape != ref.shape:
+        raise ValueError(f"shape {tuple(x.shape)} does not match the reference's "
+                         f"{tuple(ref.shape)}")
+    if not torch.isfinite(x).all():
+        return float("nan")
+    den = ref.norm().item()
+    num = (x - ref).norm().item()
+    return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
+
+
+# ---- implementations ----
+
+
+def short_error(e: BaseException) -> str:
+    msg = " ".join(str(e).split())
+    if len(msg) > 400:
+        msg = msg[:400] + " ..."
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+@dataclass
+class Impl:
+    """One side of the comparison: a callable (inputs...) -> (o, final_state)."""
+    label: str
+    available: bool
+    why_not: str = ""
+    call: Callable | None = None
+    stand_in: bool = False
+
+
+def lav_impl(spec: OpSpec, lib_state: dict) -> Impl:
+    if not lib_state["loaded"]:
+        return Impl("ours", False, lib_state["error"])
+    try:
+        fn = getattr(torch.ops.lav, spec.name)
+    except (AttributeError, RuntimeError) as e:
+        return Impl("ours", False, f"torch.ops.lav.{spec.name} not found in {lib_state['path']} "
+                    f"({short_error(e)})")
+    if spec.family == "hgrn":
+        return Impl("ours", True, call=lambda x, g: fn(x, g))
+    return Impl("ours", True, call=lambda q, k, v, g: fn(q, k, v, g))
+
+
+def fla_impl(spec: OpSpec, fla_state: dict) -> Impl:
+    if not fla_state["loaded"]:
+        return Impl("FLA", False, fla_state["error"])
+    try:
+        import importlib
+
+        fn = getattr(importlib.import_module(spec.fla_module), spec.name)
+    except Exception as e:  # noqa: BLE001 - any import failure means the peer is unavailable
+        return Impl("FLA", False, f"{spec.fla_module}.{spec.name}: {short_error(e)}")
+    if spec.family == "hgrn":
+        return Impl("FLA", True, call=lambda x, g: fn(x, g, output_final_state=True))
+    kw = spec.fla_gate_kwarg
+    return Impl("FLA", True,
+                call=lambda q, k, v, g: fn(q, k, v, **{kw: g}, output_final_state=True))
+
+
+def stand_in_impl(spec: OpSpec, label: str, why: str) -> Impl:
+    """The chunked torch reference in float32, output in the input dtype (--stand-in only)."""
+    names = input_names(spec.family)
+
+    def call(*ts):
+        return run_reference(spec.family, dict(zip(names, ts)), torch.float32, ts[0].dtype)
+
+    return Impl(label, True, why_not=why, call=call, stand_in=True)
+
+
+# ---- environment ----
+
+
+def load_lav(path: str, device: str) -> dict:
+    state = {"path": path, "loaded": False, "error": ""}
+    if device != "cuda":
+        state["error"] = "lav's ops are CUDA-only; skipped on --device cpu"
+        return state
+    alt = path.replace("build/", "build-gpu/", 1) if path.startswith("build/") else None
+    if not os.path.exists(path) and alt and os.path.exists(alt):
+        # tools/gpu.sh builds into build-gpu/
+        state["path"] = path = alt
+    if not os.path.exists(path):
+        state["error"] = (f"{path} not found; build with -DLAV_ENABLE_CUDA=ON "
+                          f"(design/GPU_BUILD.md) or pass --lib")
+        return state
+    try:
+        torch.ops.load_library(path)
+        state["loaded"] = True
+    except Exception as e:  # noqa: BLE001
+        state["error"] = f"loading {path}: {short_error(e)}"
+    return state
+
+
+def _alias_packaging() -> str:
+    # fla imports `packaging`, which a bare torch venv may lack; pip vendors a copy
+    try:
+        import packaging.version  # noqa: F401
+
+        return "packaging"
+    except ImportError:
+        pass
+    import pip._vendor.packaging as vendored
+    import pip._vendor.packaging.version as vendored_version
+
+    sys.modules["packaging"] = vendored
+    sys.modules["packaging.version"] = vendored_version
+    return "pip._vendor.packaging"
+
+
+def install_fla(wheels_dir: str, device: str, target_root: str) -> dict:
+    """Installs every wheel in wheels_dir into a temporary folder put first on sys.path."""
+    state = {"loaded": False, "error": "", "wheels": [], "installed_with": "", "version": None}
+    if device != "cuda":
+        state["error"] = "FLA's kernels are Triton/CUDA-only; skipped on --device cpu"
+        return state
+    if not os.path.isabs(wheels_dir) and not os.path.isdir(wheels_dir):
+        wheels_dir = os.path.join(REPO_ROOT, wheels_dir)
+    wheels = sorted(glob.glob(os.path.join(wheels_dir, "*.whl")))
+    state["wheels"] = [os.path.basename(w) for w in wheels]
+    if not any(os.path.basename(w).startswith("fla_core-") for w in wheels):
+        state["error"] = (f"no fla_core-*.whl in {wheels_dir} (pass --fla-wheels; the folder is "
+                          f"git-ignored, so the device run needs it carried)")
+        return state
+    target = tempfile.mkdtemp(prefix="fla-", dir=target_root)
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+           "--disable-pip-version-check", "--target", target, *wheels]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode == 0:
+        state["installed_with"] = "pip install --no-index --no-deps --target " + target
+    else:
+        # pure-Python wheels are zip files: unpacking them is an install without metadata hooks
+        try:
+            for w in wheels:
+                with zipfile.ZipFile(w) as z:
+                    z.extractall(target)
+            state["installed_with"] = (f"unzipped into {target} (pip failed: "
+                                       f"{' '.join(proc.stderr.split())[:200]})")
+        except Exception as e:  # noqa: BLE001
+            state["error"] = (f"installing {wheels}: pip: {proc.stderr.strip()[:300]}; "
+                              f"unzip: {short_error(e)}")
+            return state
+    sys.path.insert(0, target)
+    try:
+        state["packaging"] = _alias_packaging()
+        import fla  # noqa: F401
+        import fla.ops.gla  # noqa: F401
+        import fla.ops.hgrn  # noqa: F401
+        import fla.ops.simple_gla  # noqa: F401
+
+        state["version"] = getattr(fla, "__version__", None)
+        state["loaded"] = True
+    except Exception as e:  # noqa: BLE001
+        state["error"] = f"importing fla: {short_error(e)}"
+    return state
+
+
+def peak_gbps(device_name: str, override: float | None) -> tuple[float | None, str]:
+    if override:
+        return override, "--peak-gbps"
+    for key, gbps in PEAK_HBM_GBPS:
+        if key.lower() in device_name.lower():
+            return gbps, f"data sheet ({key})"
+    return None, "unknown device; pass --peak-gbps"
+
+
+def environment(args, device: str) -> dict:
+    env = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "device": "cpu",
+    }
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except Exception:  # noqa: BLE001
+        env["triton"] = None
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        env["device"] = torch.cuda.get_device_name(0)
+        env["capability"] = f"{props.major}.{props.minor}"
+        env["sm_count"] = props.multi_processor_count
+        try:
+            env["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=30).stdout.strip().splitlines()[0]
+        except Exception:  # noqa: BLE001
+            env["driver"] = None
+    commit = args.lav_commit or os.environ.get("LAV_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "HEAD"],
+                                    capture_output=True, text=True, timeout=30).stdout.strip()
+            if not re.fullmatch(r"[0-9a-f]{40}", commit):
+                raise ValueError("no commit")
+            dirty = subprocess.run(["git", "-C", REPO_ROOT, "status", "--porcelain",
+                                    "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=30).stdout.strip()
+            if commit and dirty:
+                commit += "+dirty"
+        except Exception:  # noqa: BLE001
+            commit = None
+    env["lav_commit"] = commit or "unknown (no git here; pass --lav-commit)"
+    return env
+
+
+# ---- timing ----
+
+
+class Timer:
+    """Median over iters of one callable: CUDA events on cuda, perf_counter on cpu."""
+
+    def __init__(self, device: str, flush_l2: bool):
+        self.device = device
+        self.flush = None
+        if device == "cuda" and flush_l2:
+            # 256 MiB, larger than any current L2 (H100 50 MiB, H200 60 MiB)
+            self.flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+
+    def sync(self):
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def first_call(self, fn) -> float:
+        self.sync()
+        t0 = time.perf_counter()
+        fn()
+        self.sync()
+        return time.perf_counter() - t0
+
+    def median_ms(self, fn, iters: int, warmup: int) -> dict:
+        for _ in range(warmup):
+            fn()
+        self.sync()
+        times = []
+        if self.device == "cuda":
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+            for i in range(iters):
+                if self.flush is not None:
+                    self.flush.zero_()
+                starts[i].record()
+                fn()
+                ends[i].record()
+            torch.cuda.synchronize()
+            times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        else:
+            for _ in range(iters):
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+        times.sort()
+        return {"median_ms": statistics.median(times), "min_ms": times[0],
+                "p90_ms": times[min(len(times) - 1, int(0.9 * len(times)))], "runs": len(times)}
+
+
+# ---- one case ----
+
+
+def bytes_moved(family: str, ins: dict, o_numel: int) -> dict:
+    es = next(iter(ins.values())).element_size()
+    read = sum(t.numel() for t in ins.values())
+    fwd = (read + o_numel) * es
+    # do read, one gradient per input written
+    bwd_extra = (o_numel + read) * es
+    return {"fwd": fwd, "fwd+bwd": fwd + bwd_extra}
+
+
+def run_impl(rec: dict, impl: Impl, spec: OpSpec, ins: dict, do, ref: dict | None,
+             ref_heads: int, shape: Shape, timer: Timer, nbytes: dict, peak: float | None, args,
+             checkpoint: Callable[[], None]) -> None:
+    """First-call latency, errors against the reference, and timings of one implementation.
+
+    Fills `rec` in place and calls checkpoint() after each step.
+    """
+    names = input_names(spec.family)
+    rec["available"] = impl.available
+    if impl.stand_in:
+        rec["stand_in"] = "fp32 torch chunked reference (" + impl.why_not + ")"
+    if not impl.available:
+        rec["refused"] = impl.why_not
+        return
+    fwd_in = [ins[n] for n in names]
+    leaves = [ins[n].detach().clone().requires_grad_() for n in names]
+
+    def fwd():
+        with torch.no_grad():
+            return impl.call(*fwd_in)
+
+    def fwd_bwd():
+        o, _ = impl.call(*leaves)
+        return torch.autograd.grad(o, leaves, do, allow_unused=True)
+
+    passes: dict[str, dict] = {"fwd": {}, "fwd+bwd": {}}
+    rec["passes"] = passes
+    for pname, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
+        try:
+            passes[pname]["first_call_s"] = timer.first_call(fn)
+            log(f"  {impl.label} {pname}: first call {passes[pname]['first_call_s']:.2f} s")
+        except Exception as e:  # noqa: BLE001
+            passes[pname]["refused"] = short_error(e)
+            log(f"  {impl.label} {pname}: refused: {passes[pname]['refused']}")
+            if args.verbose:
+                traceback.print_exc()
+            recover(args)
+
+    checkpoint()
+
+    # errors: forward outputs first, then the gradients, so a refused backward keeps o and ht
+    errors: dict[str, Any] = {}
+    rec["errors"] = errors
+    if ref is None:
+        errors["refused"] = "no reference"
+    elif "refused" not in passes["fwd"]:
+        try:
+            o, ht = impl.call(*leaves)
+            errors["o"] = rel_rmse(slice_heads(spec.family, "o", o, ref_heads, shape.D), ref["o"])
+            if ht is None:
+                errors["ht"] = "not returned"
+            else:
+                errors["ht"] = rel_rmse(slice_heads(spec.family, "ht", ht, ref_heads, shape.D),
+                                        ref["ht"])
+            if "refused" not in passes["fwd+bwd"]:
+                grads = torch.autograd.grad(o, leaves, do, allow_unused=True)
+                for n, gr in zip(names, grads):
+                    errors["d" + n] = ("not returned" if gr is None else
+                                       rel_rmse(slice_heads(spec.family, n, gr, ref_heads, shape.D),
+                                                ref["d" + n]))
+            del o, ht
+        except Exception as e:  # noqa: BLE001
+            errors["refused"] = short_error(e)
+            recover(args)
+    checkpoint()
+
+    for pname, fn in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
+        if "refused" in passes[pname]:
+            continue
+        p = passes[pname]
+        try:
+            p.update(timer.median_ms(fn, args.iters, args.warmup))
+            p["achieved_gbps"] = nbytes[pname] / (p["median_ms"] * 1e-3) / 1e9
+            p["pct_of_peak"] = 100.0 * p["achieved_gbps"] / peak if peak else None
+            log(f"  {impl.label} {pname}: median {p['median_ms']:.3f} ms")
+        except Exception as e:  # noqa: BLE001
+            p["refused"] = short_error(e)
+            recover(args)
+        checkpoint()
+
+
+def recover(args) -> None:
+    if torch.cuda.is_available():
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001
+            pass
+        torch.cuda.empty_cache()
+
+
+def reference_for(spec: OpSpec, ins: dict, do, ref_heads: int, shape: Shape) -> dict:
+    names = input_names(spec.family)
+    sl = {n: slice_heads(spec.family, n, ins[n], ref_heads, shape.D).double().requires_grad_()
+          for n in names}
+    o, ht = run_reference(spec.family, sl, torch.float64)
+    do_sl = slice_heads(spec.family, "o", do, ref_heads, shape.D).double()
+    grads = torch.autograd.grad(o, list(sl.values()), do_sl)
+    ref = {"o": o.detach(), "ht": ht.detach()}
+    ref.update({"d" + n: gr for n, gr in zip(names, grads)})
+    return ref
+
+
+def run_case(spec: OpSpec, shape: Shape, impls: list[Impl], dtype, device: str, timer: Timer,
+             peak: float | None, args, case: dict, checkpoint: Callable[[], None]) -> None:
+    """Fills `case` in place, calling checkpoint() after each step so a cut run keeps it."""
+    ins = make_inputs(spec.family, shape, dtype, device)
+    o_like = ins["x"] if spec.family == "hgrn" else ins["v"]
+    torch.manual_seed(43)
+    do = torch.randn_like(o_like)
+    ref_heads = shape.H if args.ref_heads <= 0 else min(args.ref_heads, shape.H)
+    case.update({
+        "op": spec.name, "shape": shape.name,
+        "dims": {"B": shape.B, "T": shape.T, "H": shape.H, "D": shape.D},
+        "dtype": args.dtype,
+    })
+    if spec.family == "hgrn":
+        case["dims"]["W"] = shape.H * shape.D
+        case["note"] = "hgrn has no heads: it runs on x, g [B, T, W] with W = H * D"
+    case["reference"] = {
+        "what": "float64 chunked recurrence on the same input values, autograd for gradients; "
+                "do ~ randn (seed 43); final state not back-propagated",
+        "slice": ("all heads" if ref_heads == shape.H else
+                  f"first {ref_heads * shape.D} of {shape.H * shape.D} columns"
+                  if spec.family == "hgrn" else f"first {ref_heads} of {shape.H} heads"),
+    }
+    t0 = time.perf_counter()
+    try:
+        ref = reference_for(spec, ins, do, ref_heads, shape)
+    except Exception as e:  # noqa: BLE001
+        ref = None
+        case["reference"]["refused"] = short_error(e)
+        recover(args)
+    case["reference"]["seconds"] = round(time.perf_counter() - t0, 3)
+    log(f"  fp64 reference ({case['reference']['slice']}): {case['reference']['seconds']} s")
+    nbytes = bytes_moved(spec.family, ins, o_like.numel())
+    case["bytes"] = nbytes
+    case["impls"] = {}
+    checkpoint()
+    for impl in impls:
+        case["impls"][impl.label] = {}
+        run_impl(case["impls"][impl.label], impl, spec, ins, do, ref, ref_heads, shape, timer,
+                 nbytes, peak, args, checkpoint)
+    case["seconds"] = round(time.perf_counter() - t0, 1)
+    del ins, do, ref
+    recover(args)
+
+
+# ---- report ----
+
+
+def _fmt_ms(rec: dict | None, pname: str) -> str:
+    if not rec:
+        return "-"
+    if not rec.get("available"):
+        return "n/a"
+    p = rec.get("passes", {}).get(pname, {})
+    if "refused" in p:
+        return "refused"
+    return f"{p['median_ms']:.3f}" if "median_ms" in p else "-"
+
+
+def _pass(rec: dict | None, pname: str) -> dict | None:
+    if not rec or not rec.get("available"):
+        return None
+    return rec.get("passes", {}).get(pname)
+
+
+def worst_error(rec: dict | None, tensors: list[str]) -> tuple[str, float] | None:
+    if not rec or "errors" not in rec:
+        return None
+    vals = [(t, rec["errors"][t]) for t in tensors if isinstance(rec["errors"].get(t), float)]
+    if not vals:
+        return None
+    return max(vals, key=lambda tv: (math.isnan(tv[1]), tv[1]))
+
+
+def table_rows(results: list[dict], err_slack: float) -> list[list[str]]:
+    rows = []
+    for case in results:
+        ours, fla = case["impls"].get("ours"), case["impls"].get("FLA")
+        shape = case["shape"] + (f" (W={case['dims']['W']})" if "W" in case["dims"] else "")
+        fam_inputs = ["x", "g"] if "W" in case["dims"] else ["q", "k", "v", "g"]
+        for pname, tensors in (("fwd", ["o", "ht"]), ("fwd+bwd", ["d" + n for n in fam_inputs])):
+            po, pf = _pass(ours, pname), _pass(fla, pname)
+            ratio = pct_o = pct_f = "-"
+            if po and pf and "median_ms" in po and "median_ms" in pf:
+                ratio = f"{po['median_ms'] / pf['median_ms']:.2f}"
+            if po and po.get("pct_of_peak") is not None:
+                pct_o = f"{po['pct_of_peak']:.0f}%"
+            if pf and pf.get("pct_of_peak") is not None:
+                pct_f = f"{pf['pct_of_peak']:.0f}%"
+
+            def first(p):
+                return f"{p['first_call_s']:.2f}" if p and "first_call_s" in p else "-"
+
+            eo, ef = worst_error(ours, tensors), worst_error(fla, tensors)
+
+            def err(e):
+                return f"{e[1]:.2e} ({e[0]})" if e else "-"
+
+            verdict = []
+            if ratio != "-":
+                verdict.append("time ok" if float(ratio) <= 0.8 else "time MISS")
+            if eo and ef:
+                verdict.append("err ok" if eo[1] <= ef[1] * (1.0 + err_slack) else "err MISS")
+            if po and "median_ms" in po and not (pf and "median_ms" in pf):
+                verdict.append("ours alone")
+            rows.append([case["op"], shape, pname, _fmt_ms(ours, pname), _fmt_ms(fla, pname),
+                         ratio, pct_o, pct_f, f"{first(po)} / {first(pf)}",
+                         f"{err(eo)} / {err(ef)}", ", ".join(verdict) or "-"])
+    return rows
+
+
+HEADER = ["op", "shape", "pass", "ours ms", "FLA ms", "ours/FLA", "ours % roofline",
+          "FLA % roofline", "first call s ours / FLA", "worst rel_rmse ours / FLA", "targets"]
+
+
+def markdown(doc: dict) -> str:
+    env = doc["environment"]
+    slack = doc["config"].get("err_slack", 0.0)
+    rows = table_rows(doc["results"], slack)
+    lines = [
+        f"device {env['device']}, driver {env.get('driver')}, CUDA {env['cuda_runtime']}, "
+        f"torch {env['torch']}, Triton {env.get('triton')}, FLA {doc['fla'].get('version')}, "
+        f"lav {env['lav_commit']}; {doc['config']['dtype']}, median of {doc['config']['iters']} "
+        f"runs after {doc['config']['warmup']} warm-up, L2 flushed: {doc['config']['flush_l2']}; "
+        f"peak HBM {doc['peak_gbps']} GB/s ({doc['peak_source']})",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "|".join(" --- " for _ in HEADER) + "|",
+    ]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += [
+        "",
+        f"targets: ours/FLA <= 0.8 and worst rel_rmse (vs fp64) no worse than FLA's (within "
+        f"{100 * slack:g}%, --err-slack). "
+        "fwd rows show the errors of o and the final state ht; fwd+bwd rows those of the input "
+        "gradients. first call: wall time of the first call in this process (FLA's includes "
+        "Triton JIT and autotuning; the Triton cache starts empty unless --triton-cache).",
+        "bandwidth: " + BYTES_FORMULA["qkv"]["fwd+bwd"] + "; hgrn: "
+        + BYTES_FORMULA["hgrn"]["fwd+bwd"] + ". " + BYTES_FORMULA["note"],
+    ]
+    notes = []
+    stand_ins = {}
+    for case in doc["results"]:
+        if "error" in case:
+            notes.append(f"- {case['op']} {case['shape']}: stopped: {case['error']}")
+        sl = case["reference"]["slice"]
+        if sl != "all heads":
+            notes.append(f"- {case['op']} {case['shape']}: errors over the {sl}")
+        if "refused" in case["reference"]:
+            notes.append(f"- {case['op']} {case['shape']}: reference refused: "
+                         f"{case['reference']['refused']}")
+        for label, rec in case["impls"].items():
+            if rec.get("stand_in"):
+                stand_ins.setdefault(f"{label} in {case['op']}", rec["stand_in"])
+            if "refused" in rec:
+                notes.append(f"- {case['op']} {case['shape']} {label}: refused: {rec['refused']}")
+            for pname, p in rec.get("passes", {}).items():
+                if "refused" in p:
+                    notes.append(f"- {case['op']} {case['shape']} {label} {pname}: refused: "
+                                 f"{p['refused']}")
+            if "refused" in rec.get("errors", {}):
+                notes.append(f"- {case['op']} {case['shape']} {label} errors: refused: "
+                             f"{rec['errors']['refused']}")
+    notes += [f"- {where}: not measured, a stand-in ran in its place: {what}"
+              for where, what in stand_ins.items()]
+    notes += [f"- {s}" for s in doc.get("skipped", [])]
+    if notes:
+        lines += ["", "notes:"] + notes
+    return "\n".join(lines) + "\n"
+
+
+def console_table(doc: dict) -> str:
+    rows = [HEADER] + table_rows(doc["results"], doc["config"].get("err_slack", 0.0))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def write_outputs(doc: dict, args) -> None:
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        tmp = args.out + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1, default=str, allow_nan=True)
+        os.replace(tmp, args.out)
+    if args.markdown:
+        os.makedirs(os.path.dirname(os.path.abspath(args.markdown)), exist_ok=True)
+        with open(args.markdown, "w") as f:
+            f.write(markdown(doc))
+
+
+# ---- main ----
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        description="Time lav's CUDA ops against flash-linear-attention's Triton kernels, with "
+                    "errors against an fp64 reference.")
+    p.add_argument("--lib", default="build/kernels/liblav_ops.so",
+                   help="path to liblav_ops.so (default: %(default)s)")
+    p.add_argument("--ops", default=",".join(CHUNK_OPS),
+                   help="comma-separated, or 'all': " + ", ".join(ALL_OPS)
+                        + " (default: %(default)s)")
+    p.add_argument("--shapes", default=None,
+                   help=f"comma-separated B<n>_T<n>_H<n>_D<n> (default: {DEFAULT_SHAPES}); "
+                        f"hgrn runs on width W = H * D")
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--iters", type=int, default=100, help="timed runs per pass (median)")
+    p.add_argument("--warmup", type=int, default=10, help="untimed runs before timing")
+    p.add_argument("--out", default="results.json", help="JSON results, rewritten after every case")
+    p.add_argument("--markdown", default=None, help="also write the table as Markdown here")
+    p.add_argument("--fla-wheels", default=".devdeps/wheels",
+                   help="folder with fla_core-*.whl and einops-*.whl (default: %(default)s)")
+    p.add_argument("--no-fla", action="store_true", help="report ours alone")
+    p.add_argument("--peak-gbps", type=float, default=None,
+                   help="peak HBM bandwidth in GB/s (default: from the device name)")
+    p.add_argument("--ref-heads", type=int, default=16,
+                   help="compute errors on the first N heads (hgrn: N*D columns); 0 = all "
+                        "(default: %(default)s; heads are independent, so this is exact for them)")
+    p.add_argument("--err-slack", type=float, default=0.01,
+                   help="the error target passes when ours <= FLA's x (1 + slack) (default: "
+                        "%(default)s: both sit near bf16's output rounding, ~1.7e-3 for o, where "
+                        "differences in the fourth digit are noise)")
+    p.add_argument("--no-flush-l2", dest="flush_l2", action="store_false",
+                   help="do not flush L2 before each timed run")
+    p.add_argument("--triton-cache", default=None,
+                   help="Triton cache folder to use; default is a fresh empty one, so FLA's first "
+                        "call includes its JIT and autotuning")
+    p.add_argument("--deadline-s", type=float, default=0,
+                   help="start no new case after this many seconds (0: no limit); the cases left "
+                        "are listed as skipped")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--dry-run", action="store_true",
+                   help=f"tiny shapes ({DRY_RUN_SHAPES}), 3 iterations, and stand-ins for what is "
+                        f"unavailable; checks the script, measures nothing")
+    p.add_argument("--stand-in", action="store_true",
+                   help="where lav or FLA is unavailable, time an fp32 torch version in its place "
+                        "(marked as such); implied by --dry-run")
+    p.add_argument("--lav-commit", default=None, help="lav commit to record when git is absent")
+    p.add_argument("--verbose", action="store_true", help="print tracebacks of refusals")
+    p.add_argument("--merge", nargs="+", metavar="JSON", default=None,
+                   help="run nothing: join the results of earlier runs (split with --ops/--shapes "
+                        "to fit a time limit) into --out and --markdown, and print the table")
+    args = p.parse_args(argv)
+    if args.shapes is None:
+        args.shapes = DRY_RUN_SHAPES if args.dry_run else DEFAULT_SHAPES
+    if args.dry_run:
+        args.iters, args.warmup, args.stand_in = min(args.iters, 3), min(args.warmup, 1), True
+    args.ops = (ALL_OPS if args.ops == "all" else
+                [o.strip() for o in args.ops.split(",") if o.strip()])
+    for o in args.ops:
+        if o not in OPS:
+            p.error(f"unknown op '{o}'; expected one of: {', '.join(ALL_OPS)}")
+    return args
+
+
+def merge(args) -> int:
+    """One document from several runs; environment and config from the first, results from all."""
+    docs = []
+    for path in args.merge:
+        with open(path) as f:
+            docs.append(json.load(f))
+    doc = docs[0]
+    doc["results"] = [c for d in docs for c in d["results"]]
+    doc["skipped"] = [s for d in docs for s in d.get("skipped", [])]
+    doc["config"]["err_slack"] = args.err_slack
+    doc["merged_from"] = [{"file": path, "date_utc": d["environment"].get("date_utc"),
+                           "device": d["environment"].get("device"),
+                           "lav_commit": d["environment"].get("lav_commit")}
+                          for path, d in zip(args.merge, docs)]
+    devices = {m["device"] for m in doc["merged_from"]}
+    if len(devices) > 1:
+        print(f"warning: merged runs come from different devices: {sorted(devices)}",
+              file=sys.stderr)
+    write_outputs(doc, args)
+    print(console_table(doc))
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.merge:
+        return merge(args)
+    scratch = tempfile.mkdtemp(prefix="lav-bench-")
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    if args.triton_cache:
+        os.environ["TRITON_CACHE_DIR"] = os.path.abspath(args.triton_cache)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton-cache")
+    try:
+        _import_torch()
+    except ImportError as e:
+        print(f"error: cannot import torch: {e}\nnote: run with the python that has PyTorch "
+              f"(on the CUDA host, /opt/torch/.venv)", file=sys.stderr)
+        return 3
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        print("error: no CUDA device visible\nnote: use --device cpu --dry-run to check the script "
+              "without one", file=sys.stderr)
+        return 3
+    if args.iters < 100 and not args.dry_run:
+        print(f"warning: --iters {args.iters} is below the 100 runs design/GPU_BUILD.md asks for",
+              file=sys.stderr)
+    dtype = getattr(torch, DTYPES[args.dtype])
+    shapes = parse_shapes(args.shapes)
+    env = environment(args, device)
+    peak, peak_source = peak_gbps(env["device"], args.peak_gbps)
+
+    lib = load_lav(args.lib, device)
+    fla_state = ({"loaded": False, "error": "--no-fla"} if args.no_fla
+                 else install_fla(args.fla_wheels, device, scratch))
+    if not lib["loaded"]:
+        log(f"lav: {lib['error']}")
+    if not fla_state["loaded"]:
+        log(f"FLA: skipped: {fla_state['error']}; reporting ours alone")
+    else:
+        log(f"FLA {fla_state['version']} ({fla_state['installed_with']})")
+    env["triton_cache_dir"] = os.environ["TRITON_CACHE_DIR"]
+
+    doc: dict[str, Any] = {
+        "what": "lav CUDA ops vs flash-linear-attention, bench/cuda_ops.py",
+        "environment": env,
+        "config": {"dtype": args.dtype, "iters": args.iters, "warmup": args.warmup,
+                   "flush_l2": args.flush_l2 and device == "cuda", "ops": args.ops,
+                   "shapes": [s.name for s in shapes], "ref_heads": args.ref_heads,
+                   "dry_run": args.dry_run, "device": device, "err_slack": args.err_slack,
+                   "timer": "CUDA events" if device == "cuda" else "perf_counter"},
+        "peak_gbps": peak, "peak_source": peak_source,
+        "bytes_formula": BYTES_FORMULA,
+        "targets": "ours/FLA time <= 0.8; rel_rmse vs fp64 no worse than FLA's",
+        "lav": {k: lib[k] for k in ("path", "loaded", "error")},
+        "fla": fla_state,
+        "results": [], "skipped": [],
+    }
+    t0 = time.perf_counter()
+    try:
+        doc["reference_self_check"] = check_reference(device)
+    except Exception as e:  # noqa: BLE001
+        doc["reference_self_check"] = {"refused": short_error(e)}
+    log(f"reference self-check (chunked fp64 vs token-by-token fp64): "
+        f"{json.dumps(doc['reference_self_check'])}")
+
+    timer = Timer(device, args.flush_l2)
+    for op in args.ops:
+        spec = OPS[op]
+        impls = [lav_impl(spec, lib), fla_impl(spec, fla_state)]
+        if args.stand_in:
+            impls = [stand_in_impl(spec, i.label, i.why_not) if not i.available else i
+                     for i in impls]
+        for shape in shapes:
+            if args.deadline_s and time.perf_counter() - t0 > args.deadline_s:
+                doc["skipped"].append(f"{op} {shape.name}: skipped, --deadline-s "
+                                      f"{args.deadline_s:g} passed")
+                continue
+            log(f"{op} {shape.name}")
+            case: dict[str, Any] = {"op": op, "shape": shape.name, "dims": {}, "impls": {},
+                                    "reference": {"slice": "all heads"}}
+            doc["results"].append(case)
+            try:
+                run_case(spec, shape, impls, dtype, device, timer, peak, args, case,
+                         lambda: write_outputs(doc, args))
+            except Exception as e:  # noqa: BLE001
+                case["error"] = short_error(e)
+                log(f"  error: {case['error']}")
+                if args.verbose:
+                    traceback.print_exc()
+                recover(args)
+            write_outputs(doc, args)
+    doc["seconds"] = round(time.perf_counter() - t0, 1)
+    write_outputs(doc, args)
+    print(console_table(doc))
+    print()
+    print(markdown(doc).split("\n\n", 2)[-1], end="")
+    if args.out:
+        print(f"results: {args.out}" + (f", table: {args.markdown}" if args.markdown else ""))
+    if device == "cuda" and not lib["loaded"] and not args.dry_run:
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
