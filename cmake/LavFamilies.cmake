@@ -8,4 +8,12 @@ set(LAV_FAMILIES
     delta_rule
     gated_delta_rule
     kda
+    rwkv6
+    rwkv7
+    comba
+    gated_delta_product
+    mesa_net
+    based
+    rebased
+    gsa
 )
