@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "core/build_info.h"
+#include "harness/backend.h"
 
 namespace lav::cli {
 namespace {
@@ -23,12 +24,16 @@ int cmd_list(const std::vector<std::string>& args) {
     harness::Registry registry;
     harness::register_all(registry);
     std::cout << "lav " << kLavVersion << " (" << kGitCommit << "), LibTorch " << kTorchVersion
-              << "\n\nbackends: cpu" << (kCudaBuild ? ", cuda (no CUDA kernels yet)" : "")
+              << "\n\nbackends: cpu"
+              << (kCudaBuild ? (harness::cuda_available() ? ", cuda" : ", cuda (no device visible)")
+                             : "")
               << "\ninput and output dtypes: fp32, fp16, bf16"
               << "\ngate and state dtypes:   fp32, fp16, bf16\nlayouts: head_first, head_last\n\n";
     for (const auto& f : registry.families()) {
         std::cout << f.info.name << "  — " << f.info.summary << "\n"
                   << "  variants: " << join(f.info.variants) << "\n"
+                  << (f.cuda_variants.empty() ? ""
+                                              : "  cuda:     " + join(f.cuda_variants) + "\n")
                   << "  passes:   fwd, bwd\n"
                   << "  inputs:   " << join(f.info.inputs) << "\n"
                   << "  measured: " << join(f.info.measured) << "\n";

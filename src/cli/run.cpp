@@ -125,7 +125,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     if (threads > 0) at::set_num_threads(threads);
     LAV_CHECK_AS(UsageError, backend == "auto" || backend == "cpu" || backend == "cuda",
                  "--backend takes auto, cpu or cuda, got '", backend, "'");
-    LAV_CHECK_AS(UsageError, backend != "cuda" || harness::cuda_available(),
+    LAV_CHECK_AS(EnvironmentError, backend != "cuda" || harness::cuda_available(),
                  "--backend cuda needs a CUDA build of lav and a CUDA device",
                  kCudaBuild ? " (none is visible)" : " (this build is CPU-only)");
 
@@ -168,7 +168,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         for (const auto& v : c.variants)
             for (const auto& p : harness::passes_of(c))
                 missing += !kept.count(harness::record_id(
-                    c, v, harness::backend_for(registry.get(c.family), v, backend), p));
+                    c, v, harness::backend_for(registry.get(c.family), c, v, backend), p));
         if (missing == 0) continue;
         runs += missing;
         todo.push_back(&c);

@@ -15,13 +15,14 @@ namespace lav::harness {
 
 bool cuda_available() { return kCudaBuild && at::hasCUDA(); }
 
-std::string backend_for(const Family& family, const std::string& variant,
+std::string backend_for(const Family& family, const scenario::Case& c, const std::string& variant,
                         const std::string& requested) {
     if (requested == "cpu" || requested == "cuda") return requested;
     LAV_ASSERT(requested == "auto", "unknown backend ", requested);
     const auto& v = family.cuda_variants;
     const bool has_kernel = std::find(v.begin(), v.end(), variant) != v.end();
-    return has_kernel && cuda_available() ? "cuda" : "cpu";
+    const bool fits = !family.cuda_fits || family.cuda_fits(c);
+    return has_kernel && fits && cuda_available() ? "cuda" : "cpu";
 }
 
 TensorMap to_cuda(const TensorMap& m) {

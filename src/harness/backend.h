@@ -13,9 +13,10 @@ namespace lav::harness {
 /// True when this build has CUDA kernels and a CUDA device is present.
 bool cuda_available();
 
-/// "cpu" or "cuda" for `variant` of `family` under the requested backend ("auto", "cpu",
-/// "cuda"); "cuda" when requested even if the family lacks the kernel (the run records that).
-std::string backend_for(const Family& family, const std::string& variant,
+/// "cpu" or "cuda" for `variant` of `family` on case `c` under the requested backend ("auto",
+/// "cpu", "cuda"); "cuda" when requested even if the family lacks the kernel (the run records
+/// that).
+std::string backend_for(const Family& family, const scenario::Case& c, const std::string& variant,
                         const std::string& requested);
 
 /// The tensors of m on the CUDA device, in the same dtypes and strides. Also makes the CUDA

@@ -7,6 +7,9 @@
 #include "core/layout.h"
 #include "core/varlen.h"
 #include "harness/registry.h"
+#ifdef LAV_HAS_CUDA
+#include "kernels/common/gated_linear_cuda.h"
+#endif
 #include "kernels/gla/gla.h"
 #include "reference/gla.h"
 
@@ -166,6 +169,7 @@ Family gla_family() {
     f.run_cpu = run_cpu;
 #ifdef LAV_HAS_CUDA
     f.cuda_variants = {"chunk", "recurrent"};
+    f.cuda_fits = [](const Case& c) { return c.K <= cuda::kMaxGatedLinearKeys; };
 #endif
     return f;
 }

@@ -70,6 +70,9 @@ struct Family {
         run_cpu;
     /// The variants with a CUDA kernel in this build (none in CPU-only builds).
     std::vector<std::string> cuda_variants;
+    /// Whether those kernels take the case's sizes; unset: every case. With --backend auto a
+    /// case they do not take runs on the CPU backend instead.
+    std::function<bool(const scenario::Case&)> cuda_fits;
 };
 
 /// The tensor called `name` in `m`, or an undefined tensor when the case has none (h0, g, ...).

@@ -147,7 +147,7 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
             for (const auto& variant : c.variants)
                 for (const auto& pass : passes_of(c)) {
                     CaseRecord r = blank_record(
-                        c, variant, backend_for(family, variant, options.backend), pass);
+                        c, variant, backend_for(family, c, variant, options.backend), pass);
                     r.verdict = "error";
                     r.message = e.what();
                     sink(std::move(r));
@@ -162,7 +162,7 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
         LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
 
     for (const auto& variant : c.variants) {
-        const std::string backend = backend_for(family, variant, options.backend);
+        const std::string backend = backend_for(family, c, variant, options.backend);
         const bool cuda = backend == "cuda";
         const auto& cv = family.cuda_variants;
         const bool has_kernel = !cuda || std::find(cv.begin(), cv.end(), variant) != cv.end();

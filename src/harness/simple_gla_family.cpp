@@ -8,6 +8,9 @@
 #include "core/layout.h"
 #include "core/varlen.h"
 #include "harness/registry.h"
+#ifdef LAV_HAS_CUDA
+#include "kernels/common/gated_linear_cuda.h"
+#endif
 #include "kernels/simple_gla/simple_gla.h"
 #include "reference/simple_gla.h"
 
@@ -168,6 +171,7 @@ Family simple_gla_family() {
     f.run_cpu = run_cpu;
 #ifdef LAV_HAS_CUDA
     f.cuda_variants = {"chunk", "recurrent"};
+    f.cuda_fits = [](const Case& c) { return c.K <= cuda::kMaxGatedLinearKeys; };
 #endif
     return f;
 }
