@@ -137,21 +137,30 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     const std::vector<TensorSpec> specs = family.inputs(c);
     CaseTensors in = make_tensors(specs, c, kInputSalt);
     Audit audit;
+    // one record per variant and pass when no kernel can run: the case's result, not a crash
+    const auto stop = [&](const std::string& verdict, const std::string& message) {
+        for (const auto& variant : c.variants)
+            for (const auto& pass : passes_of(c)) {
+                CaseRecord r =
+                    blank_record(c, variant, backend_for(family, variant, options.backend), pass);
+                r.findings = audit.findings;
+                r.trace = audit.trace;
+                r.verdict = verdict;
+                r.message = message;
+                sink(std::move(r));
+            }
+    };
     if (c.prologue) {
         try {
             in = run_prologue_audited(c, specs, in, audit);
         } catch (const InternalError&) {
             throw;
         } catch (const std::exception& e) {
-            // a prologue that cannot run is this case's result, like a kernel that throws
-            for (const auto& variant : c.variants)
-                for (const auto& pass : passes_of(c)) {
-                    CaseRecord r = blank_record(
-                        c, variant, backend_for(family, variant, options.backend), pass);
-                    r.verdict = "error";
-                    r.message = e.what();
-                    sink(std::move(r));
-                }
+            stop("error", e.what());
+            return;
+        }
+        if (!audit.refusal.empty()) {
+            stop("fail", audit.refusal);
             return;
         }
     }
@@ -191,7 +200,9 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 const bool refused = options.strict_boundary && audit.boundary_mismatch;
                 r.verdict = pass_all && !refused ? "pass" : "fail";
                 if (refused)
-                    r.message = "a kernel input reached the kernel in a dtype its contract refuses";
+                    r.message =
+                        "a kernel input reached the kernel in a dtype, shape or layout its "
+                        "contract refuses";
                 else if (!pass_all)
                     r.message = "a measure is outside its bound or contract";
             } catch (const InternalError&) {
