@@ -8,6 +8,8 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/layout.h"
+#include "core/varlen.h"
 #include "harness/audit.h"
 #include "harness/backend.h"
 #include "harness/inputs.h"
@@ -112,6 +114,39 @@ void judge(const Case& c, const MeasuredSpec& m, const at::Tensor& x, const at::
     r.metrics.push_back(std::move(row));
 }
 
+std::vector<double> values_of(const at::Tensor& t) {
+    const at::Tensor d = t.to(at::kDouble).contiguous();
+    return {d.data_ptr<double>(), d.data_ptr<double>() + d.numel()};
+}
+
+// The chunk states a chunk forward stored beside the reference's, and rel_rmse per chunk.
+report::Intermediates chunk_intermediates(const Case& c, const Family& family,
+                                          const CaseTensors& in) {
+    const ChunkStates states = family.chunk_states(c, in.kernel, in.reference);
+    report::Intermediates d;
+    d.case_id = c.id;
+    d.family = c.family;
+    d.variant = "chunk";
+    d.input_dtype = dtype_name(c.input_dtype);
+    d.state_dtype = scalar_type_name(states.kernel.scalar_type());
+    d.layout = layout_name(c.layout);
+    d.shape = shape_name(c);
+    d.chunk_size = c.chunk_size;
+    d.dims = states.kernel.sizes().vec();
+    d.h = values_of(states.kernel);
+    d.h_ref = values_of(states.reference);
+    // blocks of one chunk along dim 0: the drift curve is the per-chunk rel_rmse
+    const std::vector<double> per_chunk =
+        metrics::measure(states.kernel, states.reference, 0, 1).drift;
+    int64_t chunk = 0;
+    for (const Sequence& s : sequences(c.B, c.T, c.cu_seqlens))
+        for (int64_t position = 0; position < s.length(); position += c.chunk_size, ++chunk)
+            d.chunks.push_back({chunk, s.index, position, per_chunk.at(chunk)});
+    LAV_ASSERT(chunk == states.kernel.size(0), c.family, " stored ", states.kernel.size(0),
+               " chunk states for ", chunk, " chunks");
+    return d;
+}
+
 }  // namespace
 
 std::string record_id(const Case& c, const std::string& variant, const std::string& backend,
@@ -169,6 +204,19 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     const TensorMap gold = family.reference(c, in.reference, cot.reference, c.backward);
     for (const auto& [name, t] : gold)
         LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
+    const auto& vs = c.variants;
+    if (options.on_intermediates && family.chunk_states &&
+        std::find(vs.begin(), vs.end(), "chunk") != vs.end()) {
+        std::vector<report::Intermediates> dumps;
+        try {
+            dumps.push_back(chunk_intermediates(c, family, in));
+        } catch (const InternalError&) {
+            throw;
+        } catch (const Error&) {
+            // a kernel that refuses these inputs says so in the chunk variant's own record
+        }
+        if (!dumps.empty()) options.on_intermediates(dumps);
+    }
 
     for (const auto& variant : c.variants) {
         const std::string backend = backend_for(family, variant, options.backend);
