@@ -45,9 +45,12 @@ double bound_for(const Case& c, const MeasuredSpec& m) {
                                     : metrics::default_bound(m.kind, c.input_dtype, c.state_dtype);
 }
 
-// ht and dh0 are states: a wrong dtype there breaks the requested state storage
+// final states and the gradients of initial states (dh0, and gsa's dhk0, dhv0, mesa_net's
+// dh_kk0, dh_kv0, ...: "dh...0") are states: a wrong dtype there breaks the requested storage
 bool is_state(const MeasuredSpec& m) {
-    return m.kind == metrics::TensorKind::state || m.name == "dh0";
+    const std::string& n = m.name;
+    const bool initial_state_grad = n.size() >= 3 && n.compare(0, 2, "dh") == 0 && n.back() == '0';
+    return m.kind == metrics::TensorKind::state || initial_state_grad;
 }
 
 CaseRecord blank_record(const Case& c, const std::string& variant, const std::string& backend,

@@ -95,6 +95,28 @@ TEST(Seeds, RotaryWithFp32FreqsLeavesVAlone) {
     EXPECT_TRUE(has(fs, "PROMOTION", "q"));
 }
 
+// rel_rmse of `tensor` in the record of `variant`, forward, with states stored in `state`.
+double state_error(const report::Report& r, const std::string& variant, const std::string& state,
+                   const std::string& tensor) {
+    for (const auto& c : r.cases)
+        if (c.variant == variant && c.pass == "fwd" && c.state_dtype == state)
+            for (const auto& m : c.metrics)
+                if (m.tensor == tensor) return m.rel_rmse;
+    ADD_FAILURE() << "no " << tensor << " of " << variant << " with " << state << " states";
+    return 0;
+}
+
+TEST(Seeds, GsaStatesInFp32BeatStatesInBf16) {
+    const report::Report r = run_seed("gsa_bf16_head_last_varlen");
+    for (const char* variant : {"chunk", "recurrent"})
+        for (const char* tensor : {"hkt", "hvt"}) {
+            const double fp32 = state_error(r, variant, "fp32", tensor);
+            const double bf16 = state_error(r, variant, "bf16", tensor);
+            EXPECT_GT(fp32, 0) << variant << " " << tensor;
+            EXPECT_LT(fp32, bf16) << variant << " " << tensor;
+        }
+}
+
 TEST(Seeds, StrictBoundaryFails) {
     const report::Report r = run_scenarios("scenarios/seeds/xtransformers_rotary.toml", "strict", 1,
                                            " --strict-boundary");

@@ -1,5 +1,5 @@
-// tests/harness/runner_test.cpp — the case runner: the chunk states it hands to
-// --dump-intermediates.
+// tests/harness/runner_test.cpp — the case runner: which results count as states, and the chunk
+// states it hands to --dump-intermediates.
 #include "harness/runner.h"
 
 #include <ATen/ATen.h>
@@ -30,6 +30,60 @@ Case small_case(const std::string& family) {
     c.input_dtype = c.output_dtype = DType::bf16;
     c.state_dtype = DType::bf16;
     return c;
+}
+
+// A family whose backward returns every initial-state gradient in fp32 while its contract
+// declares them bf16, and dq as declared.
+Family wrong_state_family() {
+    static const std::vector<std::string> kGrads = {"dq",   "dh0",    "dhk0",
+                                                    "dhv0", "dh_kk0", "dh_kv0"};
+    Family f;
+    f.info.name = "wrong_state";
+    f.info.variants = {"chunk"};
+    f.inputs = [](const Case&) {
+        return std::vector<TensorSpec>{{"q", {1, 4, 1, 2}, DType::bf16, true, {}}};
+    };
+    f.cotangents = [](const Case&) { return std::vector<TensorSpec>{}; };
+    f.measured = [](const Case&, bool backward) {
+        std::vector<MeasuredSpec> out;
+        for (const auto& name : kGrads)
+            if (backward) out.push_back({name, metrics::TensorKind::gradient, -1});
+        return out;
+    };
+    f.reference = [](const Case&, const TensorMap& in, const TensorMap&, bool) {
+        TensorMap out;
+        for (const auto& name : kGrads) out[name] = in.at("q");
+        return out;
+    };
+    f.run_cpu = [](const Case&, const std::string&, const TensorMap& in, const TensorMap&, bool) {
+        KernelResult k;
+        k.contract.kernel = "wrong_state.chunk_bwd";
+        for (const auto& name : kGrads) {
+            k.contract.items.push_back({name, DType::bf16, ""});
+            k.results[name] = in.at("q").to(name == "dq" ? at::kBFloat16 : at::kFloat);
+        }
+        return k;
+    };
+    return f;
+}
+
+TEST(Runner, EveryInitialStateGradientIsAState) {
+    Registry registry;
+    registry.add(wrong_state_family());
+    Case c = small_case("wrong_state");
+    c.cu_seqlens.clear();
+    c.forward = false;
+    c.backward = true;
+    std::vector<report::CaseRecord> records;
+    run_case(registry, c, {}, [&](report::CaseRecord r) { records.push_back(std::move(r)); });
+    ASSERT_EQ(records.size(), 1u);
+    std::vector<std::string> states;
+    for (const auto& f : records[0].findings) {
+        EXPECT_EQ(f.kind, "STATE_DTYPE_CONTRACT") << f.tensor;
+        states.push_back(f.tensor);
+    }
+    EXPECT_EQ(states, (std::vector<std::string>{"dh0", "dhk0", "dhv0", "dh_kk0", "dh_kv0"}));
+    EXPECT_EQ(records[0].verdict, "fail");
 }
 
 // The chunk states of a varlen case (an empty sequence, ragged last chunks), with h0.
