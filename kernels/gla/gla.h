@@ -32,11 +32,16 @@ struct GlaArgs {
     c10::ScalarType state_dtype = c10::ScalarType::Float;       // chunk states, final state, dh0
     c10::ScalarType output_dtype = c10::ScalarType::Undefined;  // o; Undefined: q's dtype
     int64_t chunk_size = 64;
+    /// the chunk forward also returns its stored chunk states (for comparison, not for speed)
+    bool keep_chunk_states = false;
 };
 
 struct GlaFwd {
     at::Tensor o;   // layout of q, [.., V]; output dtype
     at::Tensor ht;  // [N, H, K, V]; state dtype
+    /// [NT, H, K, V] in the state dtype: the state before each chunk as the output pass reads
+    /// it (FLA's h), chunks numbered by chunk_index(); chunk forward with keep_chunk_states only
+    at::Tensor h;
 };
 
 struct GlaGrads {
@@ -55,8 +60,7 @@ GlaGrads gla_recurrent_bwd_cpu(const GlaArgs& args, const at::Tensor& d_o, const
 /// The CUDA backend (builds with CUDA only): the tensors of `args` on one CUDA device,
 /// cu_seqlens int32 or int64 on any device; results on that device.
 GlaFwd gla_recurrent_fwd_cuda(const GlaArgs& args);
-GlaGrads gla_recurrent_bwd_cuda(const GlaArgs& args, const at::Tensor& d_o,
-                                const at::Tensor& dht);
+GlaGrads gla_recurrent_bwd_cuda(const GlaArgs& args, const at::Tensor& d_o, const at::Tensor& dht);
 GlaFwd gla_chunk_fwd_cuda(const GlaArgs& args);
 GlaGrads gla_chunk_bwd_cuda(const GlaArgs& args, const at::Tensor& d_o, const at::Tensor& dht);
 

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "harness/backend.h"
 #include "harness/runner.h"
 #include "report/console.h"
+#include "report/intermediates.h"
 #include "report/junit.h"
 #include "report/report.h"
 
@@ -91,6 +93,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string resume;
     std::string backend;
     std::string junit;
+    std::string dump_dir;
     int threads = 0;
     options.add_options()("paths", po::value(&paths)->required(), "scenario files or folders")(
         "out,o", po::value(&out), "report to write (default reports/out/run.h5)")(
@@ -107,8 +110,11 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "cpu, cuda, or auto: lav's CUDA kernels where the build, the machine and the variant "
         "have them, the CPU backend otherwise")(
         "strict-boundary", po::bool_switch(),
-        "fail a case whose prologue hands the kernel a dtype its contract refuses (default: "
-        "report it, cast, and measure)");
+        "fail a case whose prologue hands the kernel a dtype, shape or layout its contract "
+        "refuses (default: report it, fix it, and measure)")(
+        "dump-intermediates", po::value(&dump_dir),
+        "write each case's stored chunk states and the reference's, with rel_rmse per chunk, to "
+        "DIR/<case id>.h5 (simple_gla and gla chunk variants)");
     po::positional_options_description positional;
     positional.add("paths", -1);
     po::variables_map vm;
@@ -179,6 +185,11 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     harness::RunOptions run_options;
     run_options.strict_boundary = vm["strict-boundary"].as<bool>();
     run_options.backend = backend;
+    if (!dump_dir.empty())
+        run_options.on_intermediates = [&](const std::vector<report::Intermediates>& dumps) {
+            const std::string file = report::intermediates_file_name(dumps.front().case_id);
+            report::write_intermediates((std::filesystem::path(dump_dir) / file).string(), dumps);
+        };
     size_t done = 0;
     for (const scenario::Case* c : todo) {
         harness::run_case(registry, *c, run_options, [&](report::CaseRecord r) {

@@ -25,4 +25,15 @@ int64_t num_sequences(int64_t B, const std::vector<int64_t>& cu_seqlens) {
     return cu_seqlens.empty() ? B : static_cast<int64_t>(cu_seqlens.size()) - 1;
 }
 
+ChunkIndex chunk_index(const std::vector<Sequence>& seqs, int64_t chunk) {
+    LAV_CHECK(chunk > 0, "chunk size must be positive, got ", chunk);
+    ChunkIndex out;
+    out.first.resize(seqs.size());
+    for (const Sequence& s : seqs) {
+        out.first[s.index] = out.total;
+        out.total += (s.length() + chunk - 1) / chunk;
+    }
+    return out;
+}
+
 }  // namespace lav

@@ -23,4 +23,14 @@ std::vector<Sequence> sequences(int64_t B, int64_t T, const std::vector<int64_t>
 /// N, the number of sequences (rows of the state tensors).
 int64_t num_sequences(int64_t B, const std::vector<int64_t>& cu_seqlens);
 
+/// The chunks of a batch numbered as FLA numbers its stored chunk states: sequence after
+/// sequence, `chunk` positions each, the last chunk of a sequence possibly shorter and an empty
+/// sequence without any. `first[n]` is the number of sequence n's first chunk.
+struct ChunkIndex {
+    std::vector<int64_t> first;  ///< [N]
+    int64_t total = 0;           ///< NT, the number of chunks in the batch
+};
+
+ChunkIndex chunk_index(const std::vector<Sequence>& seqs, int64_t chunk);
+
 }  // namespace lav

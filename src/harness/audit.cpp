@@ -25,6 +25,76 @@ std::string shape_string(at::IntArrayRef sizes) {
     return out + "]";
 }
 
+std::string index_string(const at::Tensor& offsets) {
+    const at::Tensor values = offsets.to(at::kLong).contiguous();
+    return shape_string(at::IntArrayRef(values.data_ptr<int64_t>(), values.numel()));
+}
+
+// [B, H, T, ...] for a head_last [B, T, H, ...] shape
+std::vector<int64_t> head_first_shape(std::vector<int64_t> shape) {
+    std::swap(shape[1], shape[2]);
+    return shape;
+}
+
+/// The boundary check of one kernel input: every way `t` differs from `spec` becomes a
+/// BOUNDARY_MISMATCH, and the result is `t` in the declared shape and dtype, contiguous; an
+/// undefined tensor when no declared form can be made of it.
+at::Tensor check_input(const scenario::Case& c, const TensorSpec& spec, const at::Tensor& t,
+                       const trace::Trace& trace, Audit& audit) {
+    const std::string history = trace::history(trace, t);
+    const auto mismatch = [&](const std::string& message) {
+        audit.boundary_mismatch = true;
+        audit.findings.push_back({"BOUNDARY_MISMATCH", spec.name, message, history});
+    };
+    const std::string reaches = spec.name + " reaches " + c.family;
+    // a row the kernel reads is the last dim, at unit stride, in every layout it takes
+    if (t.dim() > 0 && t.size(-1) > 1 && t.stride(-1) != 1)
+        mismatch(reaches + " with its last dim at stride " + std::to_string(t.stride(-1)) +
+                 ", the kernel reads it at stride 1; measured on a contiguous copy");
+
+    at::Tensor shaped = t;
+    if (t.sizes() != at::IntArrayRef(spec.shape)) {
+        const bool transposed = spec.time_major && spec.shape[1] != spec.shape[2] &&
+                                t.sizes() == at::IntArrayRef(head_first_shape(spec.shape));
+        if (!transposed) {
+            audit.refusal = reaches + " as " + shape_string(t.sizes()) + ", a shape it cannot take";
+            mismatch(reaches + " as " + shape_string(t.sizes()) + ", the kernel takes " +
+                     shape_string(spec.shape) + " (head_last order); not run");
+            return {};
+        }
+        mismatch(reaches + " as " + shape_string(t.sizes()) +
+                 ", [B, H, T, ...] (head_first order), where head_last " +
+                 shape_string(spec.shape) +
+                 " is declared; measured after transposing dims 1 and 2");
+        shaped = t.transpose(1, 2);
+    }
+
+    const c10::ScalarType declared = to_scalar_type(spec.dtype);
+    if (t.scalar_type() != declared)
+        mismatch(reaches + " as " + scalar_type_name(t.scalar_type()) +
+                 ", the kernel's contract takes " + std::string(dtype_name(spec.dtype)) +
+                 "; measured after casting it to " + std::string(dtype_name(spec.dtype)));
+    return shaped.to(declared).contiguous();
+}
+
+// varlen kernels index with integer offsets; they run on the case's own cu_seqlens
+void check_cu_seqlens(const scenario::Case& c, const at::Tensor& declared, const at::Tensor& t,
+                      const trace::Trace& trace, Audit& audit) {
+    const auto mismatch = [&](const std::string& message) {
+        audit.boundary_mismatch = true;
+        audit.findings.push_back(
+            {"BOUNDARY_MISMATCH", "cu_seqlens", message, trace::history(trace, t)});
+    };
+    const std::string reaches = "cu_seqlens reaches " + c.family;
+    if (t.scalar_type() != at::kInt && t.scalar_type() != at::kLong)
+        mismatch(reaches + " as " + scalar_type_name(t.scalar_type()) +
+                 ", the kernel takes int32 or int64 offsets; measured with the case's int64 "
+                 "cu_seqlens");
+    if (t.sizes() != declared.sizes() || !at::equal(t.to(at::kDouble), declared.to(at::kDouble)))
+        mismatch(reaches + " with other offsets than the case declares, " + index_string(declared) +
+                 "; measured with the case's");
+}
+
 }  // namespace
 
 CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<TensorSpec>& specs,
@@ -34,6 +104,11 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
     TensorMap env = make_prologue_tensors(prologue, c.seed ^ kPrologueSalt);
     for (const auto& spec : specs)
         env[spec.name] = generated.reference.at(spec.name).to(to_scalar_type(spec.dtype));
+    at::Tensor declared_offsets;
+    if (!c.cu_seqlens.empty()) {
+        declared_offsets = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
+        env["cu_seqlens"] = declared_offsets;
+    }
 
     trace::TraceScope scope;
     PrologueHooks hooks;
@@ -55,26 +130,14 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
         audit.trace.push_back(
             {row.seq, row.op, row.depth, row.autocast != 0, row.inputs, row.outputs});
 
+    if (declared_offsets.defined())
+        check_cu_seqlens(c, declared_offsets, produced.at("cu_seqlens"), trace, audit);
     CaseTensors out;
     for (const auto& spec : specs) {
-        const at::Tensor& t = produced.at(spec.name);
-        LAV_CHECK(t.sizes() == at::IntArrayRef(spec.shape), "the prologue made ", spec.name,
-                  " of shape ", shape_string(t.sizes()), "; the kernel takes ",
-                  shape_string(spec.shape), " (head_last order)");
-        const c10::ScalarType declared = to_scalar_type(spec.dtype);
-        if (t.scalar_type() != declared) {
-            audit.boundary_mismatch = true;
-            audit.findings.push_back(
-                {"BOUNDARY_MISMATCH", spec.name,
-                 spec.name + " reaches " + c.family + " as " + scalar_type_name(t.scalar_type()) +
-                     ", the kernel's contract takes " + std::string(dtype_name(spec.dtype)) +
-                     "; measured after casting it to " + std::string(dtype_name(spec.dtype)),
-                 trace::history(trace, t)});
-        }
-        const at::Tensor cast = t.to(declared);
-        out.reference[spec.name] = cast.to(at::kDouble);
-        out.kernel[spec.name] =
-            spec.time_major ? from_head_last(cast, c.layout).contiguous() : cast.contiguous();
+        const at::Tensor t = check_input(c, spec, produced.at(spec.name), trace, audit);
+        if (!t.defined()) continue;
+        out.reference[spec.name] = t.to(at::kDouble);
+        out.kernel[spec.name] = spec.time_major ? from_head_last(t, c.layout).contiguous() : t;
     }
     return out;
 }

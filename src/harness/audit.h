@@ -3,12 +3,16 @@
 //
 // With a [prologue], the kernel inputs are what the user's op sequence makes of the generated
 // tensors. The ops run under a TraceScope; the trace gives PROMOTION and DEMOTION findings, and
-// each kernel input whose dtype differs from what the case declares (the dtypes the kernel's
-// contract is built for) is a BOUNDARY_MISMATCH carrying that tensor's dtype history. The
-// kernel then gets the inputs cast to the declared dtypes — the cast the user most likely
-// wants — so the case still measures the kernel; with `strict` a mismatch fails the case.
+// each kernel input that differs from what the case declares (the dtypes, head_last shapes and
+// unit-stride rows the kernel's contract is built for, and int32/int64 cu_seqlens with the
+// case's offsets) is a BOUNDARY_MISMATCH carrying that tensor's dtype history. The kernel then
+// gets the inputs made to match the declaration — cast, transposed back from head_first,
+// copied contiguous, the case's cu_seqlens — the fix the user most likely wants, so the case
+// still measures the kernel; with `strict` a mismatch fails the case. A shape that no such fix
+// explains leaves nothing to run: the case fails with the finding.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "harness/inputs.h"
@@ -20,12 +24,14 @@ struct Audit {
     std::vector<report::Finding> findings;
     std::vector<report::TraceRow> trace;
     bool boundary_mismatch = false;
+    /// why the kernel cannot run on what the prologue made; empty when it can
+    std::string refusal;
 };
 
 /// Runs the prologue of `c` on `generated` (from make_tensors over `specs`) and returns the
 /// kernel inputs it produced, cast to the declared dtypes, in both forms (kernel and fp64
-/// reference). Fills `audit`. A prologue that fails, or produces a tensor of the wrong shape,
-/// throws ScenarioError or ShapeError naming the statement or the tensor.
+/// reference). Fills `audit`; when it sets `audit.refusal`, the returned tensors are incomplete.
+/// A prologue that fails throws ScenarioError naming the statement.
 CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<TensorSpec>& specs,
                                  const CaseTensors& generated, Audit& audit);
 

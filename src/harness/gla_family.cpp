@@ -63,7 +63,7 @@ std::vector<scenario::FamilyIssue> check(const Case& c) {
              "leave shape.HV out"}};
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+ref::GlaInputs reference_inputs(const Case& c, const TensorMap& in) {
     ref::GlaInputs r;
     r.q = in.at("q");
     r.k = in.at("k");
@@ -72,6 +72,11 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     r.h0 = get_or_undefined(in, "h0");
     r.cu_seqlens = c.cu_seqlens;
     r.scale = scale_of(c);
+    return r;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    const ref::GlaInputs r = reference_inputs(c, in);
     const ref::GlaOutputs fwd = ref::gla_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
@@ -116,8 +121,7 @@ kernels::GlaGrads chunk_bwd(const kernels::GlaArgs& a, const at::Tensor& d_o,
     return kernels::gla_chunk_bwd_cpu(a, d_o, dht);
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
+kernels::GlaArgs kernel_args(const Case& c, const TensorMap& in) {
     kernels::GlaArgs a;
     a.q = in.at("q");
     a.k = in.at("k");
@@ -131,7 +135,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.state_dtype = to_scalar_type(c.state_dtype);
     a.output_dtype = to_scalar_type(c.output_dtype);
     a.chunk_size = c.chunk_size;
+    return a;
+}
 
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    const kernels::GlaArgs a = kernel_args(c, in);
     const bool chunk = variant == "chunk";
     LAV_ASSERT(chunk || variant == "recurrent", "unknown gla variant ", variant);
     KernelResult result;
@@ -152,6 +161,14 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     return result;
 }
 
+ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
+    kernels::GlaArgs a = kernel_args(c, in);
+    a.keep_chunk_states = true;
+    ref::GlaInputs r = reference_inputs(c, reference_in);
+    r.state_stride = c.chunk_size;
+    return {kernels::gla_chunk_fwd_cpu(a).h, ref::gla_fwd(r).states};
+}
+
 }  // namespace
 
 Family gla_family() {
@@ -167,6 +184,7 @@ Family gla_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+    f.chunk_states = chunk_states;
 #ifdef LAV_HAS_CUDA
     f.cuda_variants = {"chunk", "recurrent"};
     f.cuda_fits = [](const Case& c) { return c.K <= cuda::kMaxGatedLinearKeys; };

@@ -272,10 +272,21 @@ class Executor {
                 }
                 case Function::rotary:
                     return rotary(t(0), t(1));
+                case Function::transpose:
+                    return at::transpose(t(0), whole(args[1].number, "dim0"),
+                                         whole(args[2].number, "dim1"));
             }
             LAV_ASSERT(false, "function missing from the executor");
             return {};
         });
+    }
+
+    // a dim argument must be an integer, as torch.transpose's are
+    static int64_t whole(const at::Scalar& number, const char* what) {
+        if (!number.isIntegral(false))
+            throw OpFailure(std::string("transpose takes whole dims, got ") + what + " = " +
+                            std::to_string(number.toDouble()));
+        return number.toLong();
     }
 
     /// Runs one op; a failure becomes a ScenarioError at the op's token.

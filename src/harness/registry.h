@@ -48,6 +48,13 @@ struct KernelResult {
     PrecisionContract contract;
 };
 
+/// A chunk variant's stored chunk states beside the reference's states at the same positions,
+/// both [NT, H, K, V] with chunks numbered by chunk_index() (core/varlen.h).
+struct ChunkStates {
+    at::Tensor kernel;     ///< in the dtype the kernel stores them in
+    at::Tensor reference;  ///< fp64
+};
+
 struct Family {
     scenario::FamilyInfo info;
     /// Kernel inputs of a case (q, k, v, gates, initial state).
@@ -65,21 +72,26 @@ struct Family {
     /// variants in cuda_variants, on a CUDA device (then it runs lav's CUDA kernels); returns
     /// one pass's results on the inputs' device.
     std::function<KernelResult(const scenario::Case&, const std::string& variant,
-                               const TensorMap& inputs, const TensorMap& cotangents,
-                               bool backward)>
+                               const TensorMap& inputs, const TensorMap& cotangents, bool backward)>
         run_cpu;
     /// The variants with a CUDA kernel in this build (none in CPU-only builds).
     std::vector<std::string> cuda_variants;
     /// Whether those kernels take the case's sizes; unset: every case. With --backend auto a
     /// case they do not take runs on the CPU backend instead.
     std::function<bool(const scenario::Case&)> cuda_fits;
+    /// For families whose CPU chunk forward can hand out its stored chunk states: runs it on
+    /// `inputs` (as run_cpu takes them) keeping them, and the reference on `reference_inputs`
+    /// stopping at the same chunk boundaries. Empty for the other families.
+    std::function<ChunkStates(const scenario::Case&, const TensorMap& inputs,
+                              const TensorMap& reference_inputs)>
+        chunk_states;
 };
 
 /// The tensor called `name` in `m`, or an undefined tensor when the case has none (h0, g, ...).
 at::Tensor get_or_undefined(const TensorMap& m, const std::string& name);
 
 class Registry {
-public:
+  public:
     void add(Family family);
     /// The family called `name`; throws UsageError naming the known ones otherwise.
     const Family& get(const std::string& name) const;
@@ -87,7 +99,7 @@ public:
     /// What the scenario validator needs to know of every family.
     scenario::Catalog catalog() const;
 
-private:
+  private:
     std::vector<Family> families_;
 };
 

@@ -8,6 +8,8 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/layout.h"
+#include "core/varlen.h"
 #include "harness/audit.h"
 #include "harness/backend.h"
 #include "harness/inputs.h"
@@ -43,9 +45,12 @@ double bound_for(const Case& c, const MeasuredSpec& m) {
                                     : metrics::default_bound(m.kind, c.input_dtype, c.state_dtype);
 }
 
-// ht and dh0 are states: a wrong dtype there breaks the requested state storage
+// final states and the gradients of initial states (dh0, and gsa's dhk0, dhv0, mesa_net's
+// dh_kk0, dh_kv0, ...: "dh...0") are states: a wrong dtype there breaks the requested storage
 bool is_state(const MeasuredSpec& m) {
-    return m.kind == metrics::TensorKind::state || m.name == "dh0";
+    const std::string& n = m.name;
+    const bool initial_state_grad = n.size() >= 3 && n.compare(0, 2, "dh") == 0 && n.back() == '0';
+    return m.kind == metrics::TensorKind::state || initial_state_grad;
 }
 
 CaseRecord blank_record(const Case& c, const std::string& variant, const std::string& backend,
@@ -112,6 +117,39 @@ void judge(const Case& c, const MeasuredSpec& m, const at::Tensor& x, const at::
     r.metrics.push_back(std::move(row));
 }
 
+std::vector<double> values_of(const at::Tensor& t) {
+    const at::Tensor d = t.to(at::kDouble).contiguous();
+    return {d.data_ptr<double>(), d.data_ptr<double>() + d.numel()};
+}
+
+// The chunk states a chunk forward stored beside the reference's, and rel_rmse per chunk.
+report::Intermediates chunk_intermediates(const Case& c, const Family& family,
+                                          const CaseTensors& in) {
+    const ChunkStates states = family.chunk_states(c, in.kernel, in.reference);
+    report::Intermediates d;
+    d.case_id = c.id;
+    d.family = c.family;
+    d.variant = "chunk";
+    d.input_dtype = dtype_name(c.input_dtype);
+    d.state_dtype = scalar_type_name(states.kernel.scalar_type());
+    d.layout = layout_name(c.layout);
+    d.shape = shape_name(c);
+    d.chunk_size = c.chunk_size;
+    d.dims = states.kernel.sizes().vec();
+    d.h = values_of(states.kernel);
+    d.h_ref = values_of(states.reference);
+    // blocks of one chunk along dim 0: the drift curve is the per-chunk rel_rmse
+    const std::vector<double> per_chunk =
+        metrics::measure(states.kernel, states.reference, 0, 1).drift;
+    int64_t chunk = 0;
+    for (const Sequence& s : sequences(c.B, c.T, c.cu_seqlens))
+        for (int64_t position = 0; position < s.length(); position += c.chunk_size, ++chunk)
+            d.chunks.push_back({chunk, s.index, position, per_chunk.at(chunk)});
+    LAV_ASSERT(chunk == states.kernel.size(0), c.family, " stored ", states.kernel.size(0),
+               " chunk states for ", chunk, " chunks");
+    return d;
+}
+
 }  // namespace
 
 std::string record_id(const Case& c, const std::string& variant, const std::string& backend,
@@ -137,21 +175,30 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     const std::vector<TensorSpec> specs = family.inputs(c);
     CaseTensors in = make_tensors(specs, c, kInputSalt);
     Audit audit;
+    // one record per variant and pass when no kernel can run: the case's result, not a crash
+    const auto stop = [&](const std::string& verdict, const std::string& message) {
+        for (const auto& variant : c.variants)
+            for (const auto& pass : passes_of(c)) {
+                CaseRecord r =
+                    blank_record(c, variant, backend_for(family, c, variant, options.backend), pass);
+                r.findings = audit.findings;
+                r.trace = audit.trace;
+                r.verdict = verdict;
+                r.message = message;
+                sink(std::move(r));
+            }
+    };
     if (c.prologue) {
         try {
             in = run_prologue_audited(c, specs, in, audit);
         } catch (const InternalError&) {
             throw;
         } catch (const std::exception& e) {
-            // a prologue that cannot run is this case's result, like a kernel that throws
-            for (const auto& variant : c.variants)
-                for (const auto& pass : passes_of(c)) {
-                    CaseRecord r = blank_record(
-                        c, variant, backend_for(family, c, variant, options.backend), pass);
-                    r.verdict = "error";
-                    r.message = e.what();
-                    sink(std::move(r));
-                }
+            stop("error", e.what());
+            return;
+        }
+        if (!audit.refusal.empty()) {
+            stop("fail", audit.refusal);
             return;
         }
     }
@@ -160,6 +207,19 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     const TensorMap gold = family.reference(c, in.reference, cot.reference, c.backward);
     for (const auto& [name, t] : gold)
         LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
+    const auto& vs = c.variants;
+    if (options.on_intermediates && family.chunk_states &&
+        std::find(vs.begin(), vs.end(), "chunk") != vs.end()) {
+        std::vector<report::Intermediates> dumps;
+        try {
+            dumps.push_back(chunk_intermediates(c, family, in));
+        } catch (const InternalError&) {
+            throw;
+        } catch (const Error&) {
+            // a kernel that refuses these inputs says so in the chunk variant's own record
+        }
+        if (!dumps.empty()) options.on_intermediates(dumps);
+    }
 
     for (const auto& variant : c.variants) {
         const std::string backend = backend_for(family, c, variant, options.backend);
@@ -191,7 +251,9 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 const bool refused = options.strict_boundary && audit.boundary_mismatch;
                 r.verdict = pass_all && !refused ? "pass" : "fail";
                 if (refused)
-                    r.message = "a kernel input reached the kernel in a dtype its contract refuses";
+                    r.message =
+                        "a kernel input reached the kernel in a dtype, shape or layout its "
+                        "contract refuses";
                 else if (!pass_all)
                     r.message = "a measure is outside its bound or contract";
             } catch (const InternalError&) {

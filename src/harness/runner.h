@@ -7,8 +7,10 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "harness/registry.h"
+#include "report/intermediates.h"
 #include "report/report.h"
 
 namespace lav::harness {
@@ -18,10 +20,14 @@ struct RunOptions {
     bool strict_boundary = false;
     /// "auto", "cpu" or "cuda" (backend.h)
     std::string backend = "auto";
+    /// when set, gets each case's intermediates (lav run --dump-intermediates): the stored chunk
+    /// states of its "chunk" variant's CPU forward beside the reference's, for the families
+    /// that hand them out
+    std::function<void(const std::vector<report::Intermediates>&)> on_intermediates;
 };
 
-/// Runs `c` on the backend `options` names: one record per (variant, pass), handed to `sink` as soon as
-/// it is finished. A case with a prologue runs it under the dtype tracer first, and every
+/// Runs `c` on the backend `options` names: one record per (variant, pass), handed to `sink` as
+/// soon as it is finished. A case with a prologue runs it under the dtype tracer first, and every
 /// record of the case carries the trace and its findings. Throws only for lav's own bugs
 /// (InternalError).
 void run_case(const Registry& registry, const scenario::Case& c, const RunOptions& options,

@@ -61,7 +61,7 @@ std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
     return out;
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+ref::SimpleGlaInputs reference_inputs(const Case& c, const TensorMap& in) {
     ref::SimpleGlaInputs r;
     r.q = in.at("q");
     r.k = in.at("k");
@@ -71,6 +71,11 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     r.h0 = get_or_undefined(in, "h0");
     r.cu_seqlens = c.cu_seqlens;
     r.scale = scale_of(c);
+    return r;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    const ref::SimpleGlaInputs r = reference_inputs(c, in);
     const ref::SimpleGlaOutputs fwd = ref::simple_gla_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
@@ -115,8 +120,7 @@ kernels::SimpleGlaGrads chunk_bwd(const kernels::SimpleGlaArgs& a, const at::Ten
     return kernels::simple_gla_chunk_bwd_cpu(a, d_o, dht);
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
+kernels::SimpleGlaArgs kernel_args(const Case& c, const TensorMap& in) {
     kernels::SimpleGlaArgs a;
     a.q = in.at("q");
     a.k = in.at("k");
@@ -131,7 +135,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.state_dtype = to_scalar_type(c.state_dtype);
     a.output_dtype = to_scalar_type(c.output_dtype);
     a.chunk_size = c.chunk_size;
+    return a;
+}
 
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    const kernels::SimpleGlaArgs a = kernel_args(c, in);
     const bool chunk = variant == "chunk";
     LAV_ASSERT(chunk || variant == "recurrent", "unknown simple_gla variant ", variant);
     KernelResult result;
@@ -152,6 +161,14 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     return result;
 }
 
+ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
+    kernels::SimpleGlaArgs a = kernel_args(c, in);
+    a.keep_chunk_states = true;
+    ref::SimpleGlaInputs r = reference_inputs(c, reference_in);
+    r.state_stride = c.chunk_size;
+    return {kernels::simple_gla_chunk_fwd_cpu(a).h, ref::simple_gla_fwd(r).states};
+}
+
 }  // namespace
 
 Family simple_gla_family() {
@@ -169,6 +186,7 @@ Family simple_gla_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+    f.chunk_states = chunk_states;
 #ifdef LAV_HAS_CUDA
     f.cuda_variants = {"chunk", "recurrent"};
     f.cuda_fits = [](const Case& c) { return c.K <= cuda::kMaxGatedLinearKeys; };

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <type_traits>
 
 namespace lav::report::h5 {
@@ -316,6 +318,32 @@ void File::close() {
     if (!handle().release()) fail("close the file", "");
 }
 
+void write_file_atomically(const std::string& path, const std::string& what,
+                           const std::function<void(const std::string&)>& write) {
+    const std::string temporary = path + ".tmp";
+    const std::string note =
+        "\nnote: " + what + "s go to a folder lav can create and write, with room";
+    std::error_code ignored;
+    try {
+        const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+        if (!folder.empty()) std::filesystem::create_directories(folder);
+        write(temporary);
+        // rename replaces the target in one step: readers see the old file or the new one
+        std::filesystem::rename(temporary, path);
+    } catch (const std::filesystem::filesystem_error& e) {
+        std::filesystem::remove(temporary, ignored);
+        throw ReportError(path + ": error: cannot write the " + what + ": " + e.code().message() +
+                              " (" + e.path1().string() + ")" + note,
+                          ExitCode::kEnvironment);
+    } catch (const ReportError& e) {
+        std::filesystem::remove(temporary, ignored);
+        throw ReportError(e.what() + note, ExitCode::kEnvironment);
+    } catch (...) {
+        std::filesystem::remove(temporary, ignored);
+        throw;
+    }
+}
+
 bool is_hdf5(const std::string& path) {
     silence_error_printing();
     return H5Fis_hdf5(path.c_str()) > 0;
@@ -395,23 +423,51 @@ double read_attribute<double>(const Object& object, const std::string& name) {
 
 // ---- datasets ----
 
-Dataset write_doubles(const Group& parent, const std::string& name,
-                      const std::vector<double>& values) {
+Dataset write_array(const Group& parent, const std::string& name, const std::vector<int64_t>& dims,
+                    const std::vector<double>& values, bool single) {
     const std::string path = parent.child_path(name);
-    const hsize_t rows = values.size();
-    Handle space(check(H5Screate_simple(1, &rows, nullptr), parent, "create dataset", path),
+    const std::vector<hsize_t> extent(dims.begin(), dims.end());
+    size_t count = 1;
+    for (const hsize_t n : extent) count *= n;
+    LAV_ASSERT(!extent.empty() && count == values.size(), "array ", path, " has ", values.size(),
+               " values for ", count, " elements");
+    Handle space(check(H5Screate_simple(static_cast<int>(extent.size()), extent.data(), nullptr),
+                       parent, "create dataset", path),
                  H5Sclose);
-    const hid_t dataset = H5Dcreate2(parent.id(), name.c_str(), H5T_IEEE_F64LE, space.get(),
-                                     H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    const hid_t dataset =
+        H5Dcreate2(parent.id(), name.c_str(), single ? H5T_IEEE_F32LE : H5T_IEEE_F64LE, space.get(),
+                   H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     Dataset out(Handle(check(dataset, parent, "create dataset", path), H5Dclose), parent, path);
-    if (rows > 0)
+    if (count > 0)
         check(H5Dwrite(out.id(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
               out, "write dataset", path);
     return out;
 }
 
+Dataset write_doubles(const Group& parent, const std::string& name,
+                      const std::vector<double>& values) {
+    return write_array(parent, name, {static_cast<int64_t>(values.size())}, values, false);
+}
+
+std::vector<int64_t> Dataset::dims() const {
+    Handle space(check(H5Dget_space(id()), *this, "read the shape of", path()), H5Sclose);
+    const int rank =
+        check(H5Sget_simple_extent_ndims(space.get()), *this, "read the shape of", path());
+    std::vector<hsize_t> extent(static_cast<size_t>(rank));
+    check(H5Sget_simple_extent_dims(space.get(), extent.data(), nullptr), *this,
+          "read the shape of", path());
+    return {extent.begin(), extent.end()};
+}
+
 std::vector<double> read_doubles(const Dataset& dataset) {
-    std::vector<double> values(dataset.rows());
+    dataset.rows();  // refuses anything but 1-D
+    return read_array(dataset);
+}
+
+std::vector<double> read_array(const Dataset& dataset) {
+    size_t count = 1;
+    for (const int64_t n : dataset.dims()) count *= static_cast<size_t>(n);
+    std::vector<double> values(count);
     Handle type(check(H5Dget_type(dataset.id()), dataset, "read dataset", dataset.path()),
                 H5Tclose);
     if (H5Tget_class(type.get()) != H5T_FLOAT) dataset.invalid("is not a float dataset");

@@ -16,6 +16,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -79,6 +80,8 @@ class Dataset : public Object {
         : Object(std::move(handle), parent, std::move(path)) {}
     /// Number of rows of a 1-D dataset; throws if the dataset is not 1-D.
     size_t rows() const;
+    /// The size of each dimension.
+    std::vector<int64_t> dims() const;
 };
 
 /// How a group orders its links when listed.
@@ -114,6 +117,12 @@ class File : public Group {
         : Group(std::move(handle), std::move(file_name), exit_code) {}
 };
 
+/// Calls `write` with a temporary name beside `path`, then renames it over `path` in one step,
+/// so that readers see the old file or the new one. Failures (and the temporary file) are
+/// cleaned up and thrown as ReportError with exit code 3, naming `what` ("report").
+void write_file_atomically(const std::string& path, const std::string& what,
+                           const std::function<void(const std::string&)>& write);
+
 /// True when `path` is an HDF5 file (H5Fis_hdf5); false for any other file or none.
 bool is_hdf5(const std::string& path);
 
@@ -133,6 +142,13 @@ T read_attribute(const Object& object, const std::string& name);
 Dataset write_doubles(const Group& parent, const std::string& name,
                       const std::vector<double>& values);
 std::vector<double> read_doubles(const Dataset& dataset);
+
+/// An n-D float dataset of size `dims` from row-major `values`: IEEE f32 when `single` (exact
+/// for values that are fp32, fp16 or bf16 numbers), else f64.
+Dataset write_array(const Group& parent, const std::string& name, const std::vector<int64_t>& dims,
+                    const std::vector<double>& values, bool single);
+/// The values of an n-D float dataset, row-major, as doubles (see Dataset::dims()).
+std::vector<double> read_array(const Dataset& dataset);
 
 /// The values of one column of a compound table.
 using ColumnValues = std::variant<std::vector<std::string>, std::vector<double>,

@@ -1,9 +1,7 @@
 // src/report/writer.cpp — writes a Report as HDF5 (layout in reports/SCHEMA.md); no reading here.
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
-#include <system_error>
 #include <type_traits>
 #include <utility>
 
@@ -189,27 +187,8 @@ const MetricRow* CaseRecord::worst() const {
 }
 
 void write_report(const std::string& path, const Report& report) {
-    const std::string temporary = path + ".tmp";
-    const std::string note = "\nnote: reports go to a folder lav can create and write, with room";
-    std::error_code ignored;
-    try {
-        const std::filesystem::path folder = std::filesystem::path(path).parent_path();
-        if (!folder.empty()) std::filesystem::create_directories(folder);
-        write_file(temporary, report);
-        // rename replaces the target in one step: readers see the old report or the new one
-        std::filesystem::rename(temporary, path);
-    } catch (const std::filesystem::filesystem_error& e) {
-        std::filesystem::remove(temporary, ignored);
-        throw ReportError(path + ": error: cannot write the report: " + e.code().message() + " (" +
-                              e.path1().string() + ")" + note,
-                          ExitCode::kEnvironment);
-    } catch (const ReportError& e) {
-        std::filesystem::remove(temporary, ignored);
-        throw ReportError(e.what() + note, ExitCode::kEnvironment);
-    } catch (...) {
-        std::filesystem::remove(temporary, ignored);
-        throw;
-    }
+    h5::write_file_atomically(path, "report",
+                              [&](const std::string& temporary) { write_file(temporary, report); });
 }
 
 ReportWriter::ReportWriter(std::string path, RunInfo run) : path_(std::move(path)) {

@@ -54,6 +54,10 @@ const std::vector<FunctionInfo>& function_table() {
         {Function::softmax, "softmax", {{"x", kTensor}}, 1},
         {Function::to, "to", {{"x", kTensor}, {"dtype", ArgKind::dtype}}, 2},
         {Function::rotary, "rotary", {{"x", kTensor}, {"freqs", kTensor}}, 2},
+        {Function::transpose,
+         "transpose",
+         {{"x", kTensor}, {"dim0", kNumber}, {"dim1", kNumber}},
+         3},
     };
     return table;
 }

@@ -484,7 +484,12 @@ class Checker {
             const SourceText source = locate_string(text_, *ops);
             ProgramNames names;
             for (const PrologueTensor& t : parsed.tensors) names.tensors.push_back(t.name);
-            if (document_.family) names.kernel_inputs = document_.family->inputs;
+            if (document_.family) {
+                names.kernel_inputs = document_.family->inputs;
+                // a varlen case hands its offsets to the ops too, as the int64 tensor PyTorch
+                // code would build, so that a prologue can replay what a model does to them
+                names.kernel_inputs.push_back("cu_seqlens");
+            }
             const std::size_t errors_before = diags_.size();
             parsed.statements = parse_program(source, document_.family ? &names : nullptr, diags_);
             if (parsed.statements.empty() && diags_.size() == errors_before)

@@ -90,6 +90,7 @@ enum class Function {
     softmax,
     to,
     rotary,
+    transpose,
 };
 
 /// One node of an expression, with where it was written.

@@ -9,10 +9,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 
 #include "core/error.h"
+#include "report/intermediates.h"
 #include "report/report.h"
 
 namespace lav {
@@ -59,6 +61,40 @@ TEST(Cli, SmokeRunPassesAndShowReadsIt) {
     EXPECT_EQ(show.code, 0) << show.output;
     EXPECT_NE(show.output.find(rep.cases.front().id.substr(0, 20)), std::string::npos)
         << show.output;
+}
+
+TEST(Cli, DumpIntermediatesWritesChunkStatesPerCase) {
+    const fs::path dir = scratch("dump");
+    const Result run = lav("run tests/data/scenarios/cli/dump_gla.toml --out " +
+                           scratch("dump.h5").string() + " --dump-intermediates " + dir.string());
+    ASSERT_EQ(run.code, 0) << run.output;
+    std::map<std::string, double> later;  // summed rel_rmse of the chunks after the first
+    for (const char* state : {"fp32", "bf16"}) {
+        const std::string id = std::string("cli_dump_gla[dtypes.state=") + state + "]";
+        const fs::path file = dir / report::intermediates_file_name(id);
+        EXPECT_EQ(file.filename(), std::string("cli_dump_gla_dtypes.state=") + state + "_.h5");
+        const auto dumps = report::read_intermediates(file.string());
+        ASSERT_EQ(dumps.size(), 1u) << file;
+        const report::Intermediates& d = dumps[0];
+        EXPECT_EQ(d.case_id, id);
+        EXPECT_EQ(d.variant, "chunk");
+        EXPECT_EQ(d.state_dtype, state);
+        // sequences of 40 and 24 positions in chunks of 16: 3 + 2
+        EXPECT_EQ(d.dims, (std::vector<int64_t>{5, 2, 16, 16}));
+        ASSERT_EQ(d.chunks.size(), 5u);
+        EXPECT_EQ(d.chunks[3].sequence, 1);
+        EXPECT_EQ(d.chunks[3].position, 0);
+        for (const auto& row : d.chunks) {
+            // a sequence's first state is h0, drawn in the state dtype: stored exactly
+            if (row.position == 0) {
+                EXPECT_EQ(row.rel_rmse, 0.0) << state << " " << row.chunk;
+            } else {
+                later[state] += row.rel_rmse;
+            }
+        }
+    }
+    EXPECT_GT(later["fp32"], 0.0);
+    EXPECT_LT(later["fp32"], later["bf16"]);
 }
 
 TEST(Cli, ImpossibleToleranceExitsOneAndMarksTensor) {

@@ -1,5 +1,5 @@
 // tests/cli/seeds_test.cpp — the reproductions in scenarios/seeds/ report the findings the user
-// reports imply.
+// reports imply, and the boundary scenarios in tests/data/scenarios/boundary/ theirs.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,12 +22,22 @@ int lav(const std::string& args) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-report::Report run_seed(const std::string& name, const std::string& extra = "") {
+fs::path scratch(const std::string& name) {
     const fs::path dir = fs::temp_directory_path() / ("lav_seeds_" + std::to_string(getpid()));
     fs::create_directories(dir);
-    const fs::path out = dir / (name + ".h5");
-    EXPECT_EQ(lav("run scenarios/seeds/" + name + ".toml --out " + out.string() + extra), 0);
+    return dir / name;
+}
+
+/// Runs `lav run <scenarios>` into a fresh report, expects exit code `code` and reads the report.
+report::Report run_scenarios(const std::string& scenarios, const std::string& report_name,
+                             int code = 0, const std::string& extra = "") {
+    const fs::path out = scratch(report_name + ".h5");
+    EXPECT_EQ(lav("run " + scenarios + " --out " + out.string() + extra), code) << scenarios;
     return report::read_report(out.string());
+}
+
+report::Report run_seed(const std::string& name) {
+    return run_scenarios("scenarios/seeds/" + name + ".toml", name);
 }
 
 // The findings of the records whose id contains `part`, all of which must agree.
@@ -85,15 +95,78 @@ TEST(Seeds, RotaryWithFp32FreqsLeavesVAlone) {
     EXPECT_TRUE(has(fs, "PROMOTION", "q"));
 }
 
+// rel_rmse of `tensor` in the record of `variant`, forward, with states stored in `state`.
+double state_error(const report::Report& r, const std::string& variant, const std::string& state,
+                   const std::string& tensor) {
+    for (const auto& c : r.cases)
+        if (c.variant == variant && c.pass == "fwd" && c.state_dtype == state)
+            for (const auto& m : c.metrics)
+                if (m.tensor == tensor) return m.rel_rmse;
+    ADD_FAILURE() << "no " << tensor << " of " << variant << " with " << state << " states";
+    return 0;
+}
+
+TEST(Seeds, GsaStatesInFp32BeatStatesInBf16) {
+    const report::Report r = run_seed("gsa_bf16_head_last_varlen");
+    for (const char* variant : {"chunk", "recurrent"})
+        for (const char* tensor : {"hkt", "hvt"}) {
+            const double fp32 = state_error(r, variant, "fp32", tensor);
+            const double bf16 = state_error(r, variant, "bf16", tensor);
+            EXPECT_GT(fp32, 0) << variant << " " << tensor;
+            EXPECT_LT(fp32, bf16) << variant << " " << tensor;
+        }
+}
+
 TEST(Seeds, StrictBoundaryFails) {
-    const fs::path out =
-        fs::temp_directory_path() / ("lav_strict_" + std::to_string(getpid()) + ".h5");
-    EXPECT_EQ(lav("run scenarios/seeds/xtransformers_rotary.toml --strict-boundary --out " +
-                  out.string()),
-              1);
-    const report::Report r = report::read_report(out.string());
+    const report::Report r = run_scenarios("scenarios/seeds/xtransformers_rotary.toml", "strict", 1,
+                                           " --strict-boundary");
     ASSERT_FALSE(r.cases.empty());
     for (const auto& c : r.cases) EXPECT_EQ(c.verdict, "fail") << c.id;
+}
+
+// The one record of the case named `scenario` (each boundary scenario has one variant and pass).
+const report::CaseRecord& record_of(const report::Report& r, const std::string& scenario) {
+    for (const auto& c : r.cases)
+        if (c.scenario == scenario) return c;
+    ADD_FAILURE() << "no record of " << scenario;
+    static const report::CaseRecord none;
+    return none;
+}
+
+TEST(Boundary, ShapeStrideAndOffsetsAreFindingsNotErrors) {
+    const report::Report r = run_scenarios("tests/data/scenarios/boundary", "boundary", 1);
+    ASSERT_EQ(r.cases.size(), 4u);
+
+    // transposed back, q has its generated values again: the kernel measures as without ops
+    const auto& head_first = record_of(r, "boundary_head_first_q");
+    EXPECT_EQ(head_first.verdict, "pass") << head_first.message;
+    EXPECT_TRUE(has(head_first.findings, "BOUNDARY_MISMATCH", "q", "(head_first order)"));
+    ASSERT_EQ(head_first.findings.size(), 1u);
+    EXPECT_NE(head_first.findings[0].history.find("aten::transpose"), std::string::npos)
+        << head_first.findings[0].history;
+
+    const auto& strided = record_of(r, "boundary_strided_k");
+    EXPECT_EQ(strided.verdict, "pass") << strided.message;
+    EXPECT_TRUE(has(strided.findings, "BOUNDARY_MISMATCH", "k", "last dim at stride 2"));
+    EXPECT_EQ(strided.findings.size(), 1u);
+
+    const auto& wrong = record_of(r, "boundary_wrong_shape_k");
+    EXPECT_EQ(wrong.verdict, "fail");
+    EXPECT_TRUE(wrong.metrics.empty());
+    EXPECT_TRUE(has(wrong.findings, "BOUNDARY_MISMATCH", "k", "as [1, 64, 16, 2]"));
+    EXPECT_NE(wrong.message.find("a shape it cannot take"), std::string::npos) << wrong.message;
+
+    const auto& offsets = record_of(r, "boundary_float_cu_seqlens");
+    EXPECT_EQ(offsets.verdict, "pass") << offsets.message;
+    EXPECT_TRUE(has(offsets.findings, "BOUNDARY_MISMATCH", "cu_seqlens", "as fp32"));
+    EXPECT_FALSE(has(offsets.findings, "BOUNDARY_MISMATCH", "cu_seqlens", "other offsets"));
+}
+
+TEST(Boundary, StrictFailsOnALayoutMismatch) {
+    const report::Report r = run_scenarios("tests/data/scenarios/boundary/head_first_q.toml",
+                                           "boundary_strict", 1, " --strict-boundary");
+    ASSERT_EQ(r.cases.size(), 1u);
+    EXPECT_EQ(r.cases[0].verdict, "fail");
 }
 
 }  // namespace

@@ -30,6 +30,13 @@ TEST(Varlen, SegmentsIncludeEmptyOnes) {
     EXPECT_EQ(num_sequences(1, {0, 0, 5, 16}), 3);
 }
 
+TEST(Varlen, ChunksAreNumberedSequenceAfterSequence) {
+    // lengths 0, 300, 724: no chunk, 5 (the last of 44), 12 (the last of 20)
+    const ChunkIndex index = chunk_index(sequences(1, 1024, {0, 0, 300, 1024}), 64);
+    EXPECT_EQ(index.first, (std::vector<int64_t>{0, 0, 5}));
+    EXPECT_EQ(index.total, 17);
+}
+
 TEST(Varlen, RejectsBadOffsets) {
     EXPECT_THROW(sequences(2, 16, {0, 16}), ShapeError);
     EXPECT_THROW(sequences(1, 16, {0, 8, 4, 16}), ShapeError);

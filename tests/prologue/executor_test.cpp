@@ -349,6 +349,21 @@ TEST(PrologueRun, EveryFunctionComputesItsFormula) {
     }
 }
 
+TEST(PrologueRun, TransposeIsAViewWithSwappedStrides) {
+    const at::Tensor x = randn({2, 3, 4, 5}, at::kHalf, 39);
+    const TensorMap out = run("y = transpose(x, 1, 2)\nz = transpose(x, -1, -2)", {{"x", x}});
+    const at::Tensor& y = out.at("y");
+    EXPECT_EQ(y.sizes(), at::IntArrayRef({2, 4, 3, 5}));
+    EXPECT_TRUE(y.is_alias_of(x));
+    EXPECT_TRUE(at::equal(y, x.permute({0, 2, 1, 3})));
+    EXPECT_EQ(out.at("z").stride(-1), 5);
+    const std::vector<std::string> lines =
+        split_lines(run_error("y = transpose(x, 1.5, 2)", {{"x", x}}));
+    ASSERT_GE(lines.size(), 4u);
+    EXPECT_EQ(lines[0], "ops.txt:1:5: error: 'transpose' failed in the assignment to 'y'");
+    EXPECT_EQ(lines[3], "note: transpose takes whole dims, got dim0 = 1.500000");
+}
+
 TEST(PrologueRun, RmsNormDefaultEpsIsTheDtypes) {
     // F.rms_norm with eps=None uses torch.finfo(x.dtype).eps; for tiny x that eps dominates
     const at::Tensor x = at::full({1, 4}, 1e-9, at::kDouble);

@@ -129,6 +129,7 @@ TEST(OpsParser, ResolvesEveryFunction) {
         {"softmax(x)", Function::softmax},
         {"to(x, \"bf16\")", Function::to},
         {"rotary(x, freqs)", Function::rotary},
+        {"transpose(x, 1, 2)", Function::transpose},
     };
     std::set<std::string> seen;
     for (const auto& [call, function] : calls) {
@@ -191,7 +192,7 @@ const BadOps kBadOps[] = {
      "did you mean 'normalize'?"},
     {"UnknownFunctionFarOff", "k = frobnicate(q)", 1, 5, 10, "unknown function 'frobnicate'",
      "expected one of: addcmul, matmul, linear, normalize, l2norm, rms_norm, layer_norm, exp, "
-     "sigmoid, logsigmoid, softplus, silu, softmax, to, rotary"},
+     "sigmoid, logsigmoid, softplus, silu, softmax, to, rotary, transpose"},
     {"TooFewArguments", "k = addcmul(k, a)", 1, 5, 7, "'addcmul' takes 3 or 4 arguments, got 2",
      "addcmul(x, a, b[, value])"},
     {"TooManyArguments", "q = exp(q, k)", 1, 5, 3, "'exp' takes 1 argument, got 2", "exp(x)"},

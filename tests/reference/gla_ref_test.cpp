@@ -161,7 +161,7 @@ GlaOutputs autograd_recurrence(const GlaInputs& in) {
         }
         finals.push_back(S);
     }
-    return {stack_rows(o_rows), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals), {}};
 }
 
 using GradCase = std::tuple<Shape, Gate, bool, bool>;

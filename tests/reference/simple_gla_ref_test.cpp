@@ -142,7 +142,7 @@ SimpleGlaOutputs autograd_recurrence(const SimpleGlaInputs& in) {
         }
         finals.push_back(S);
     }
-    return {stack_rows(o_rows), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals), {}};
 }
 
 using GradCase = std::tuple<Shape, Gate, bool, bool>;
