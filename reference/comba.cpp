@@ -8,28 +8,24 @@
 #include <cmath>
 #include <limits>
 
+#include "common.h"
 #include "core/error.h"
 #include "core/varlen.h"
 
 namespace lav::ref {
 namespace {
 
+constexpr const char* kFamily = "comba";
+using common::assert_fp64;
+using common::ceil_sqrt;
+using common::check_shape;
+using common::contract_out;
+using common::rows;
+
 struct Dims {
     int64_t B, T, H, K, V, N;
     double scale;  // resolved: never 0
 };
-
-// NUMERICS.md rule 1: a non-fp64 tensor here is a harness bug, not a user error.
-void assert_fp64(const at::Tensor& t, const char* name) {
-    LAV_ASSERT(!t.defined() || t.scalar_type() == at::kDouble,
-               "the comba reference takes fp64 tensors only, got ", name, " of dtype ",
-               t.scalar_type());
-}
-
-void check_shape(const at::Tensor& t, const char* name, const std::vector<int64_t>& expected) {
-    LAV_CHECK(t.sizes() == at::IntArrayRef(expected), "comba: ", name, " must have shape ",
-              at::IntArrayRef(expected), ", got ", t.sizes());
-}
 
 Dims check_inputs(const CombaInputs& in) {
     LAV_ASSERT(in.q.defined() && in.k.defined() && in.v.defined() && in.p.defined() &&
@@ -39,7 +35,7 @@ Dims check_inputs(const CombaInputs& in) {
          {std::pair{&in.q, "q"}, std::pair{&in.k, "k"}, std::pair{&in.v, "v"},
           std::pair{&in.p, "p"}, std::pair{&in.g, "g"}, std::pair{&in.beta, "beta"},
           std::pair{&in.h0, "h0"}})
-        assert_fp64(*t, name);
+        assert_fp64(kFamily, *t, name);
     LAV_CHECK(in.q.dim() == 4 && in.v.dim() == 4, "comba: q and v must be [B, T, H, D], got q ",
               in.q.sizes(), " and v ", in.v.sizes());
     Dims d{};
@@ -50,19 +46,14 @@ Dims check_inputs(const CombaInputs& in) {
     d.V = in.v.size(3);
     d.N = num_sequences(d.B, in.cu_seqlens);
     LAV_CHECK(d.K > 0 && d.V > 0 && d.H > 0, "comba: H, K and V must be positive");
-    check_shape(in.k, "k", {d.B, d.T, d.H, d.K});
-    check_shape(in.p, "p", {d.B, d.T, d.H, d.K});
-    check_shape(in.v, "v", {d.B, d.T, d.H, d.V});
-    check_shape(in.g, "g", {d.B, d.T, d.H});
-    check_shape(in.beta, "beta", {d.B, d.T, d.H});
-    if (in.h0.defined()) check_shape(in.h0, "h0", {d.N, d.H, d.K, d.V});
+    check_shape(kFamily, in.k, "k", {d.B, d.T, d.H, d.K});
+    check_shape(kFamily, in.p, "p", {d.B, d.T, d.H, d.K});
+    check_shape(kFamily, in.v, "v", {d.B, d.T, d.H, d.V});
+    check_shape(kFamily, in.g, "g", {d.B, d.T, d.H});
+    check_shape(kFamily, in.beta, "beta", {d.B, d.T, d.H});
+    if (in.h0.defined()) check_shape(kFamily, in.h0, "h0", {d.N, d.H, d.K, d.V});
     d.scale = in.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(d.K)) : in.scale;
     return d;
-}
-
-// The rows of `seq` in a [B, T, ...] tensor: a [L, ...] view.
-at::Tensor rows(const at::Tensor& t, const Sequence& seq) {
-    return t.select(0, seq.batch).narrow(0, seq.begin, seq.length());
 }
 
 at::Tensor initial_state(const at::Tensor& h0, int64_t index, const Dims& d,
@@ -99,13 +90,6 @@ struct SequenceInputs {
 // Every per-step product below is an elementwise op plus a reduction rather than a bmm: at
 // [H, K, V] sizes ATen runs these on the calling thread (reference/README.md says why).
 
-// out = Σ_dims a ⊙ b, with `scratch` ([H, K, V]) holding the product.
-void contract_out(at::Tensor& out, at::Tensor& scratch, const at::Tensor& a, const at::Tensor& b,
-                  at::IntArrayRef dims) {
-    at::mul_out(scratch, a, b);
-    at::sum_out(out, scratch, dims);
-}
-
 struct Workspace {
     at::Tensor scratch;  // [H, K, V]
     at::Tensor r;        // [H, V] v_t − S_{t-1}ᵀ p_t
@@ -124,13 +108,6 @@ void step_inplace(at::Tensor& state, const SequenceInputs& s, int64_t t, Workspa
     at::mul_out(w.u, w.r, s.beta.select(0, t).unsqueeze(1));
     state.mul_(s.decay.select(0, t).view({H, 1, 1}));
     state.addcmul_(s.k.select(0, t).unsqueeze(2), w.u.unsqueeze(1));
-}
-
-int64_t ceil_sqrt(int64_t n) {
-    int64_t c = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
-    while (c * c < n) ++c;
-    while (c > 1 && (c - 1) * (c - 1) >= n) --c;
-    return c;
 }
 
 }  // namespace
@@ -164,11 +141,11 @@ CombaOutputs comba_fwd(const CombaInputs& in) {
 
 CombaGrads comba_bwd(const CombaInputs& in, const at::Tensor& d_o, const at::Tensor& dht) {
     const Dims d = check_inputs(in);
-    assert_fp64(d_o, "d_o");
-    assert_fp64(dht, "dht");
+    assert_fp64(kFamily, d_o, "d_o");
+    assert_fp64(kFamily, dht, "dht");
     LAV_ASSERT(d_o.defined(), "comba reference backward called without d_o");
-    check_shape(d_o, "d_o", {d.B, d.T, d.H, d.V});
-    if (dht.defined()) check_shape(dht, "dht", {d.N, d.H, d.K, d.V});
+    check_shape(kFamily, d_o, "d_o", {d.B, d.T, d.H, d.V});
+    if (dht.defined()) check_shape(kFamily, dht, "dht", {d.N, d.H, d.K, d.V});
     const at::TensorOptions opts = in.q.options();
     const int64_t H = d.H;
     const bool n = in.use_qk_l2norm_in_kernel;

@@ -9,11 +9,18 @@
 #include <cmath>
 #include <limits>
 
+#include "common.h"
 #include "core/error.h"
 #include "core/varlen.h"
 
 namespace lav::ref {
 namespace {
+
+constexpr const char* kFamily = "gated_delta_product";
+using common::assert_fp64;
+using common::ceil_sqrt;
+using common::check_shape;
+using common::contract_out;
 
 // The sizes of one call, read from the inputs once they are checked.
 struct Dims {
@@ -22,27 +29,15 @@ struct Dims {
     double scale;  // resolved: never 0
 };
 
-// NUMERICS.md rule 1: a non-fp64 tensor here is a harness bug, not a user error.
-void assert_fp64(const at::Tensor& t, const char* name) {
-    LAV_ASSERT(!t.defined() || t.scalar_type() == at::kDouble,
-               "the gated_delta_product reference takes fp64 tensors only, got ", name,
-               " of dtype ", t.scalar_type());
-}
-
-void check_shape(const at::Tensor& t, const char* name, const std::vector<int64_t>& expected) {
-    LAV_CHECK(t.sizes() == at::IntArrayRef(expected), "gated_delta_product: ", name,
-              " must have shape ", at::IntArrayRef(expected), ", got ", t.sizes());
-}
-
 Dims check_inputs(const GatedDeltaProductInputs& in) {
     LAV_ASSERT(in.q.defined() && in.k.defined() && in.v.defined() && in.beta.defined(),
                "gated_delta_product reference called without q, k, v or beta");
-    assert_fp64(in.q, "q");
-    assert_fp64(in.k, "k");
-    assert_fp64(in.v, "v");
-    assert_fp64(in.g, "g");
-    assert_fp64(in.beta, "beta");
-    assert_fp64(in.h0, "h0");
+    assert_fp64(kFamily, in.q, "q");
+    assert_fp64(kFamily, in.k, "k");
+    assert_fp64(kFamily, in.v, "v");
+    assert_fp64(kFamily, in.g, "g");
+    assert_fp64(kFamily, in.beta, "beta");
+    assert_fp64(kFamily, in.h0, "h0");
     LAV_CHECK(in.num_householder >= 1, "gated_delta_product: num_householder must be >= 1, got ",
               in.num_householder);
     LAV_CHECK(in.q.dim() == 4 && in.v.dim() == 4,
@@ -57,11 +52,11 @@ Dims check_inputs(const GatedDeltaProductInputs& in) {
     d.n = in.num_householder;
     d.N = num_sequences(d.B, in.cu_seqlens);
     LAV_CHECK(d.K > 0 && d.V > 0 && d.H > 0, "gated_delta_product: H, K and V must be positive");
-    check_shape(in.k, "k", {d.B, d.T * d.n, d.H, d.K});
-    check_shape(in.v, "v", {d.B, d.T * d.n, d.H, d.V});
-    check_shape(in.beta, "beta", {d.B, d.T * d.n, d.H});
-    if (in.g.defined()) check_shape(in.g, "g", {d.B, d.T, d.H});
-    if (in.h0.defined()) check_shape(in.h0, "h0", {d.N, d.H, d.K, d.V});
+    check_shape(kFamily, in.k, "k", {d.B, d.T * d.n, d.H, d.K});
+    check_shape(kFamily, in.v, "v", {d.B, d.T * d.n, d.H, d.V});
+    check_shape(kFamily, in.beta, "beta", {d.B, d.T * d.n, d.H});
+    if (in.g.defined()) check_shape(kFamily, in.g, "g", {d.B, d.T, d.H});
+    if (in.h0.defined()) check_shape(kFamily, in.h0, "h0", {d.N, d.H, d.K, d.V});
     d.scale = in.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(d.K)) : in.scale;
     return d;
 }
@@ -134,13 +129,6 @@ at::Tensor initial_state(const at::Tensor& h0, int64_t index, const Dims& d,
 // Per-step products are elementwise ops plus a reduction rather than a bmm: at [H, K, V] sizes
 // ATen runs these on the calling thread (reference/README.md has the measurement).
 
-// out = Σ_dims a ⊙ b, with `scratch` ([H, K, V]) holding the product.
-void contract_out(at::Tensor& out, at::Tensor& scratch, const at::Tensor& a, const at::Tensor& b,
-                  at::IntArrayRef dims) {
-    at::mul_out(scratch, a, b);
-    at::sum_out(out, scratch, dims);
-}
-
 // Per-step buffers, allocated once per sequence.
 struct Workspace {
     at::Tensor scratch;  // [H, K, V]
@@ -168,13 +156,6 @@ void substep_inplace(at::Tensor& state, const SequenceInputs& s, int64_t t, int6
 void token_inplace(at::Tensor& state, const SequenceInputs& s, int64_t t, int64_t n, Workspace& w) {
     if (s.decay.defined()) state.mul_(s.decay.select(0, t).view({-1, 1, 1}));
     for (int64_t j = 0; j < n; ++j) substep_inplace(state, s, t, j, w);
-}
-
-int64_t ceil_sqrt(int64_t n) {
-    int64_t c = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
-    while (c * c < n) ++c;
-    while (c > 1 && (c - 1) * (c - 1) >= n) --c;
-    return c;
 }
 
 }  // namespace
@@ -207,11 +188,11 @@ GatedDeltaProductOutputs gated_delta_product_fwd(const GatedDeltaProductInputs& 
 GatedDeltaProductGrads gated_delta_product_bwd(const GatedDeltaProductInputs& in,
                                                const at::Tensor& d_o, const at::Tensor& dht) {
     const Dims d = check_inputs(in);
-    assert_fp64(d_o, "d_o");
-    assert_fp64(dht, "dht");
+    assert_fp64(kFamily, d_o, "d_o");
+    assert_fp64(kFamily, dht, "dht");
     LAV_ASSERT(d_o.defined(), "gated_delta_product reference backward called without d_o");
-    check_shape(d_o, "d_o", {d.B, d.T, d.H, d.V});
-    if (dht.defined()) check_shape(dht, "dht", {d.N, d.H, d.K, d.V});
+    check_shape(kFamily, d_o, "d_o", {d.B, d.T, d.H, d.V});
+    if (dht.defined()) check_shape(kFamily, dht, "dht", {d.N, d.H, d.K, d.V});
     const at::TensorOptions opts = in.q.options();
     const int64_t H = d.H, n = d.n;
     const Prepared p = prepare(in);

@@ -8,11 +8,19 @@
 #include <cmath>
 #include <limits>
 
+#include "common.h"
 #include "core/error.h"
 #include "core/varlen.h"
 
 namespace lav::ref {
 namespace {
+
+constexpr const char* kFamily = "gated_delta_rule";
+using common::assert_fp64;
+using common::ceil_sqrt;
+using common::check_shape;
+using common::contract_out;
+using common::rows;
 
 // The sizes of one call, read from the inputs once they are checked.
 struct Dims {
@@ -21,30 +29,18 @@ struct Dims {
     double scale;   // resolved: never 0
 };
 
-// NUMERICS.md rule 1: a non-fp64 tensor here is a harness bug, not a user error.
-void assert_fp64(const at::Tensor& t, const char* name) {
-    LAV_ASSERT(!t.defined() || t.scalar_type() == at::kDouble,
-               "the gated_delta_rule reference takes fp64 tensors only, got ", name, " of dtype ",
-               t.scalar_type());
-}
-
-void check_shape(const at::Tensor& t, const char* name, const std::vector<int64_t>& expected) {
-    LAV_CHECK(t.sizes() == at::IntArrayRef(expected), "gated_delta_rule: ", name,
-              " must have shape ", at::IntArrayRef(expected), ", got ", t.sizes());
-}
-
 Dims check_inputs(const GatedDeltaRuleInputs& in) {
     LAV_ASSERT(
         in.q.defined() && in.k.defined() && in.v.defined() && in.g.defined() && in.beta.defined(),
         "gated_delta_rule reference called without q, k, v, g or beta");
-    assert_fp64(in.q, "q");
-    assert_fp64(in.k, "k");
-    assert_fp64(in.v, "v");
-    assert_fp64(in.g, "g");
-    assert_fp64(in.beta, "beta");
-    assert_fp64(in.A_log, "A_log");
-    assert_fp64(in.dt_bias, "dt_bias");
-    assert_fp64(in.h0, "h0");
+    assert_fp64(kFamily, in.q, "q");
+    assert_fp64(kFamily, in.k, "k");
+    assert_fp64(kFamily, in.v, "v");
+    assert_fp64(kFamily, in.g, "g");
+    assert_fp64(kFamily, in.beta, "beta");
+    assert_fp64(kFamily, in.A_log, "A_log");
+    assert_fp64(kFamily, in.dt_bias, "dt_bias");
+    assert_fp64(kFamily, in.h0, "h0");
     LAV_CHECK(in.q.dim() == 4 && in.v.dim() == 4,
               "gated_delta_rule: q and v must be [B, T, heads, D], got q ", in.q.sizes(), " and v ",
               in.v.sizes());
@@ -61,28 +57,23 @@ Dims check_inputs(const GatedDeltaRuleInputs& in) {
     LAV_CHECK(d.HV % d.H == 0, "gated_delta_rule: v's heads (HV = ", d.HV,
               ") must be a multiple of q's heads (H = ", d.H, ")");
     d.group = d.HV / d.H;
-    check_shape(in.k, "k", {d.B, d.T, d.H, d.K});
-    check_shape(in.v, "v", {d.B, d.T, d.HV, d.V});
-    check_shape(in.g, "g", {d.B, d.T, d.HV});
-    check_shape(in.beta, "beta", {d.B, d.T, d.HV});
+    check_shape(kFamily, in.k, "k", {d.B, d.T, d.H, d.K});
+    check_shape(kFamily, in.v, "v", {d.B, d.T, d.HV, d.V});
+    check_shape(kFamily, in.g, "g", {d.B, d.T, d.HV});
+    check_shape(kFamily, in.beta, "beta", {d.B, d.T, d.HV});
     if (in.use_gate_in_kernel) {
         LAV_CHECK(in.A_log.defined(), "gated_delta_rule: use_gate_in_kernel needs A_log");
-        check_shape(in.A_log, "A_log", {d.HV});
-        if (in.dt_bias.defined()) check_shape(in.dt_bias, "dt_bias", {d.HV});
+        check_shape(kFamily, in.A_log, "A_log", {d.HV});
+        if (in.dt_bias.defined()) check_shape(kFamily, in.dt_bias, "dt_bias", {d.HV});
     } else {
         LAV_CHECK(!in.A_log.defined() && !in.dt_bias.defined(),
                   "gated_delta_rule: A_log and dt_bias are read only with use_gate_in_kernel");
     }
     LAV_CHECK(!in.allow_neg_eigval || in.use_beta_sigmoid_in_kernel,
               "gated_delta_rule: allow_neg_eigval needs use_beta_sigmoid_in_kernel");
-    if (in.h0.defined()) check_shape(in.h0, "h0", {d.N, d.HV, d.K, d.V});
+    if (in.h0.defined()) check_shape(kFamily, in.h0, "h0", {d.N, d.HV, d.K, d.V});
     d.scale = in.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(d.K)) : in.scale;
     return d;
-}
-
-// The rows of `seq` in a [B, T, ...] tensor: a [L, ...] view.
-at::Tensor rows(const at::Tensor& t, const Sequence& seq) {
-    return t.select(0, seq.batch).narrow(0, seq.begin, seq.length());
 }
 
 // The state before the first step of sequence `index`: h0's row, or zeros.
@@ -160,13 +151,6 @@ SequenceInputs sequence_inputs(const Prepared& p, const at::Tensor& q, const at:
 // [HV, K, V] sizes ATen runs these on the calling thread, while MKL would fork and join threads
 // for each small product (reference/README.md has the measurement).
 
-// out = Σ_dims a ⊙ b, with `scratch` ([HV, K, V]) holding the product.
-void contract_out(at::Tensor& out, at::Tensor& scratch, const at::Tensor& a, const at::Tensor& b,
-                  at::IntArrayRef dims) {
-    at::mul_out(scratch, a, b);
-    at::sum_out(out, scratch, dims);
-}
-
 // Per-step buffers, allocated once per sequence.
 struct Workspace {
     at::Tensor scratch;  // [HV, K, V]
@@ -186,13 +170,6 @@ void step_inplace(at::Tensor& state, const SequenceInputs& s, int64_t t, Workspa
     contract_out(w.p, w.scratch, state, k_t.unsqueeze(2), 1);
     at::sub_out(w.u, s.v.select(0, t), w.p).mul_(s.beta.select(0, t).unsqueeze(1));
     state.addcmul_(k_t.unsqueeze(2), w.u.unsqueeze(1));
-}
-
-int64_t ceil_sqrt(int64_t n) {
-    int64_t c = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
-    while (c * c < n) ++c;
-    while (c > 1 && (c - 1) * (c - 1) >= n) --c;
-    return c;
 }
 
 }  // namespace
@@ -225,11 +202,11 @@ GatedDeltaRuleOutputs gated_delta_rule_fwd(const GatedDeltaRuleInputs& in) {
 GatedDeltaRuleGrads gated_delta_rule_bwd(const GatedDeltaRuleInputs& in, const at::Tensor& d_o,
                                          const at::Tensor& dht) {
     const Dims d = check_inputs(in);
-    assert_fp64(d_o, "d_o");
-    assert_fp64(dht, "dht");
+    assert_fp64(kFamily, d_o, "d_o");
+    assert_fp64(kFamily, dht, "dht");
     LAV_ASSERT(d_o.defined(), "gated_delta_rule reference backward called without d_o");
-    check_shape(d_o, "d_o", {d.B, d.T, d.HV, d.V});
-    if (dht.defined()) check_shape(dht, "dht", {d.N, d.HV, d.K, d.V});
+    check_shape(kFamily, d_o, "d_o", {d.B, d.T, d.HV, d.V});
+    if (dht.defined()) check_shape(kFamily, dht, "dht", {d.N, d.HV, d.K, d.V});
     const at::TensorOptions opts = in.q.options();
     const int64_t HV = d.HV;
     const Prepared p = prepare(in, d);

@@ -8,11 +8,18 @@
 #include <cmath>
 #include <limits>
 
+#include "common.h"
 #include "core/error.h"
 #include "core/varlen.h"
 
 namespace lav::ref {
 namespace {
+
+constexpr const char* kFamily = "gsa";
+using common::assert_fp64;
+using common::ceil_sqrt;
+using common::check_shape;
+using common::rows;
 
 // The sizes of one call, read from the inputs once they are checked.
 struct Dims {
@@ -20,29 +27,17 @@ struct Dims {
     double scale;  // resolved: never 0
 };
 
-// NUMERICS.md rule 1: a non-fp64 tensor here is a harness bug, not a user error.
-void assert_fp64(const at::Tensor& t, const char* name) {
-    LAV_ASSERT(!t.defined() || t.scalar_type() == at::kDouble,
-               "the gsa reference takes fp64 tensors only, got ", name, " of dtype ",
-               t.scalar_type());
-}
-
-void check_shape(const at::Tensor& t, const char* name, const std::vector<int64_t>& expected) {
-    LAV_CHECK(t.sizes() == at::IntArrayRef(expected), "gsa: ", name, " must have shape ",
-              at::IntArrayRef(expected), ", got ", t.sizes());
-}
-
 Dims check_inputs(const GsaInputs& in) {
     LAV_ASSERT(
         in.q.defined() && in.k.defined() && in.v.defined() && in.s.defined() && in.g.defined(),
         "gsa reference called without q, k, v, s or g");
-    assert_fp64(in.q, "q");
-    assert_fp64(in.k, "k");
-    assert_fp64(in.v, "v");
-    assert_fp64(in.s, "s");
-    assert_fp64(in.g, "g");
-    assert_fp64(in.hk0, "hk0");
-    assert_fp64(in.hv0, "hv0");
+    assert_fp64(kFamily, in.q, "q");
+    assert_fp64(kFamily, in.k, "k");
+    assert_fp64(kFamily, in.v, "v");
+    assert_fp64(kFamily, in.s, "s");
+    assert_fp64(kFamily, in.g, "g");
+    assert_fp64(kFamily, in.hk0, "hk0");
+    assert_fp64(kFamily, in.hv0, "hv0");
     LAV_CHECK(in.q.dim() == 4 && in.v.dim() == 4 && in.s.dim() == 4,
               "gsa: q, v and s must be [B, T, H, D], got q ", in.q.sizes(), ", v ", in.v.sizes(),
               " and s ", in.s.sizes());
@@ -56,19 +51,14 @@ Dims check_inputs(const GsaInputs& in) {
     d.N = num_sequences(d.B, in.cu_seqlens);
     LAV_CHECK(d.K > 0 && d.V > 0 && d.M > 0, "gsa: K, V and M must be positive, got K = ", d.K,
               ", V = ", d.V, ", M = ", d.M);
-    check_shape(in.k, "k", {d.B, d.T, d.H, d.K});
-    check_shape(in.v, "v", {d.B, d.T, d.H, d.V});
-    check_shape(in.s, "s", {d.B, d.T, d.H, d.M});
-    check_shape(in.g, "g", {d.B, d.T, d.H, d.M});
-    if (in.hk0.defined()) check_shape(in.hk0, "hk0", {d.N, d.H, d.K, d.M});
-    if (in.hv0.defined()) check_shape(in.hv0, "hv0", {d.N, d.H, d.M, d.V});
+    check_shape(kFamily, in.k, "k", {d.B, d.T, d.H, d.K});
+    check_shape(kFamily, in.v, "v", {d.B, d.T, d.H, d.V});
+    check_shape(kFamily, in.s, "s", {d.B, d.T, d.H, d.M});
+    check_shape(kFamily, in.g, "g", {d.B, d.T, d.H, d.M});
+    if (in.hk0.defined()) check_shape(kFamily, in.hk0, "hk0", {d.N, d.H, d.K, d.M});
+    if (in.hv0.defined()) check_shape(kFamily, in.hv0, "hv0", {d.N, d.H, d.M, d.V});
     d.scale = in.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(d.K)) : in.scale;
     return d;
-}
-
-// The rows of `seq` in a [B, T, ...] tensor: a [L, ...] view.
-at::Tensor rows(const at::Tensor& t, const Sequence& seq) {
-    return t.select(0, seq.batch).narrow(0, seq.begin, seq.length());
 }
 
 // A state of sequence `index` from `h0` ([N, H, a, b]), copied, or zeros of shape [H, a, b].
@@ -115,13 +105,6 @@ at::Tensor slot_probs(const at::Tensor& hk, const SequenceInputs& x, int64_t t) 
     return (hk * x.q.select(0, t).unsqueeze(2)).sum(1).softmax(-1);
 }
 
-int64_t ceil_sqrt(int64_t n) {
-    int64_t c = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
-    while (c * c < n) ++c;
-    while (c > 1 && (c - 1) * (c - 1) >= n) --c;
-    return c;
-}
-
 // the parallel form's elementwise blocks hold at most this many doubles (16 MiB)
 constexpr int64_t kBlockElements = int64_t{1} << 21;
 
@@ -156,13 +139,13 @@ GsaOutputs gsa_fwd(const GsaInputs& in) {
 GsaGrads gsa_bwd(const GsaInputs& in, const at::Tensor& d_o, const at::Tensor& dhkt,
                  const at::Tensor& dhvt) {
     const Dims d = check_inputs(in);
-    assert_fp64(d_o, "d_o");
-    assert_fp64(dhkt, "dhkt");
-    assert_fp64(dhvt, "dhvt");
+    assert_fp64(kFamily, d_o, "d_o");
+    assert_fp64(kFamily, dhkt, "dhkt");
+    assert_fp64(kFamily, dhvt, "dhvt");
     LAV_ASSERT(d_o.defined(), "gsa reference backward called without d_o");
-    check_shape(d_o, "d_o", {d.B, d.T, d.H, d.V});
-    if (dhkt.defined()) check_shape(dhkt, "dhkt", {d.N, d.H, d.K, d.M});
-    if (dhvt.defined()) check_shape(dhvt, "dhvt", {d.N, d.H, d.M, d.V});
+    check_shape(kFamily, d_o, "d_o", {d.B, d.T, d.H, d.V});
+    if (dhkt.defined()) check_shape(kFamily, dhkt, "dhkt", {d.N, d.H, d.K, d.M});
+    if (dhvt.defined()) check_shape(kFamily, dhvt, "dhvt", {d.N, d.H, d.M, d.V});
     const at::TensorOptions opts = in.q.options();
     const int64_t H = d.H;
 

@@ -8,11 +8,18 @@
 #include <cmath>
 #include <limits>
 
+#include "common.h"
 #include "core/error.h"
 #include "core/varlen.h"
 
 namespace lav::ref {
 namespace {
+
+constexpr const char* kFamily = "hgrn";
+using common::assert_fp64;
+using common::ceil_sqrt;
+using common::check_shape;
+using common::rows;
 
 // The sizes of one call, read from the inputs once they are checked.
 struct Dims {
@@ -22,23 +29,11 @@ struct Dims {
 // the closed form's elementwise blocks hold at most this many doubles (16 MiB)
 constexpr int64_t kBlockElements = int64_t{1} << 21;
 
-// NUMERICS.md rule 1: a non-fp64 tensor here is a harness bug, not a user error.
-void assert_fp64(const at::Tensor& t, const char* name) {
-    LAV_ASSERT(!t.defined() || t.scalar_type() == at::kDouble,
-               "the hgrn reference takes fp64 tensors only, got ", name, " of dtype ",
-               t.scalar_type());
-}
-
-void check_shape(const at::Tensor& t, const char* name, const std::vector<int64_t>& expected) {
-    LAV_CHECK(t.sizes() == at::IntArrayRef(expected), "hgrn: ", name, " must have shape ",
-              at::IntArrayRef(expected), ", got ", t.sizes());
-}
-
 Dims check_inputs(const HgrnInputs& in) {
     LAV_ASSERT(in.x.defined() && in.g.defined(), "hgrn reference called without x or g");
-    assert_fp64(in.x, "x");
-    assert_fp64(in.g, "g");
-    assert_fp64(in.h0, "h0");
+    assert_fp64(kFamily, in.x, "x");
+    assert_fp64(kFamily, in.g, "g");
+    assert_fp64(kFamily, in.h0, "h0");
     LAV_CHECK(in.x.dim() == 4, "hgrn: x must be [B, T, H, K], got ", in.x.sizes());
     Dims d{};
     d.B = in.x.size(0);
@@ -47,14 +42,9 @@ Dims check_inputs(const HgrnInputs& in) {
     d.K = in.x.size(3);
     d.N = num_sequences(d.B, in.cu_seqlens);
     LAV_CHECK(d.H > 0 && d.K > 0, "hgrn: H and K must be positive, got H = ", d.H, ", K = ", d.K);
-    check_shape(in.g, "g", {d.B, d.T, d.H, d.K});
-    if (in.h0.defined()) check_shape(in.h0, "h0", {d.N, d.H, d.K});
+    check_shape(kFamily, in.g, "g", {d.B, d.T, d.H, d.K});
+    if (in.h0.defined()) check_shape(kFamily, in.h0, "h0", {d.N, d.H, d.K});
     return d;
-}
-
-// The rows of `seq` in a [B, T, ...] tensor: a [L, ...] view.
-at::Tensor rows(const at::Tensor& t, const Sequence& seq) {
-    return t.select(0, seq.batch).narrow(0, seq.begin, seq.length());
 }
 
 // The state before the first step of sequence `index`: h0's row, or zeros.
@@ -66,13 +56,6 @@ at::Tensor initial_state(const at::Tensor& h0, int64_t index, const Dims& d,
 // h ← exp(g_t) ⊙ h + x_t, overwriting `state` ([H, K]); `decay` is exp(g) of the sequence.
 void step_inplace(at::Tensor& state, const at::Tensor& decay, const at::Tensor& x, int64_t t) {
     state.mul_(decay.select(0, t)).add_(x.select(0, t));
-}
-
-int64_t ceil_sqrt(int64_t n) {
-    int64_t c = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
-    while (c * c < n) ++c;
-    while (c > 1 && (c - 1) * (c - 1) >= n) --c;
-    return c;
 }
 
 }  // namespace
@@ -101,11 +84,11 @@ HgrnOutputs hgrn_fwd(const HgrnInputs& in) {
 
 HgrnGrads hgrn_bwd(const HgrnInputs& in, const at::Tensor& d_o, const at::Tensor& dht) {
     const Dims d = check_inputs(in);
-    assert_fp64(d_o, "d_o");
-    assert_fp64(dht, "dht");
+    assert_fp64(kFamily, d_o, "d_o");
+    assert_fp64(kFamily, dht, "dht");
     LAV_ASSERT(d_o.defined(), "hgrn reference backward called without d_o");
-    check_shape(d_o, "d_o", {d.B, d.T, d.H, d.K});
-    if (dht.defined()) check_shape(dht, "dht", {d.N, d.H, d.K});
+    check_shape(kFamily, d_o, "d_o", {d.B, d.T, d.H, d.K});
+    if (dht.defined()) check_shape(kFamily, dht, "dht", {d.N, d.H, d.K});
     const at::TensorOptions opts = in.x.options();
 
     HgrnGrads grads;

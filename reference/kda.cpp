@@ -8,11 +8,19 @@
 #include <cmath>
 #include <limits>
 
+#include "common.h"
 #include "core/error.h"
 #include "core/varlen.h"
 
 namespace lav::ref {
 namespace {
+
+constexpr const char* kFamily = "kda";
+using common::assert_fp64;
+using common::ceil_sqrt;
+using common::check_shape;
+using common::contract_out;
+using common::rows;
 
 // FLA's l2norm puts its epsilon inside the square root: x / sqrt(Σ x² + eps).
 constexpr double kL2NormEps = 1e-6;
@@ -24,30 +32,18 @@ struct Dims {
     double scale;   // resolved: never 0
 };
 
-// NUMERICS.md rule 1: a non-fp64 tensor here is a harness bug, not a user error.
-void assert_fp64(const at::Tensor& t, const char* name) {
-    LAV_ASSERT(!t.defined() || t.scalar_type() == at::kDouble,
-               "the kda reference takes fp64 tensors only, got ", name, " of dtype ",
-               t.scalar_type());
-}
-
-void check_shape(const at::Tensor& t, const char* name, const std::vector<int64_t>& expected) {
-    LAV_CHECK(t.sizes() == at::IntArrayRef(expected), "kda: ", name, " must have shape ",
-              at::IntArrayRef(expected), ", got ", t.sizes());
-}
-
 Dims check_inputs(const KdaInputs& in) {
     LAV_ASSERT(
         in.q.defined() && in.k.defined() && in.v.defined() && in.g.defined() && in.beta.defined(),
         "kda reference called without q, k, v, g or beta");
-    assert_fp64(in.q, "q");
-    assert_fp64(in.k, "k");
-    assert_fp64(in.v, "v");
-    assert_fp64(in.g, "g");
-    assert_fp64(in.beta, "beta");
-    assert_fp64(in.A_log, "A_log");
-    assert_fp64(in.dt_bias, "dt_bias");
-    assert_fp64(in.h0, "h0");
+    assert_fp64(kFamily, in.q, "q");
+    assert_fp64(kFamily, in.k, "k");
+    assert_fp64(kFamily, in.v, "v");
+    assert_fp64(kFamily, in.g, "g");
+    assert_fp64(kFamily, in.beta, "beta");
+    assert_fp64(kFamily, in.A_log, "A_log");
+    assert_fp64(kFamily, in.dt_bias, "dt_bias");
+    assert_fp64(kFamily, in.h0, "h0");
     LAV_CHECK(in.q.dim() == 4 && in.v.dim() == 4, "kda: q and v must be [B, T, H, D], got q ",
               in.q.sizes(), " and v ", in.v.sizes());
     Dims d{};
@@ -63,15 +59,15 @@ Dims check_inputs(const KdaInputs& in) {
     LAV_CHECK(d.HV > 0 && d.HV % d.H == 0, "kda: value heads HV = ", d.HV,
               " must be a positive multiple of H = ", d.H);
     d.group = d.HV / d.H;
-    check_shape(in.k, "k", {d.B, d.T, d.H, d.K});
-    check_shape(in.v, "v", {d.B, d.T, d.HV, d.V});
-    check_shape(in.g, "g", {d.B, d.T, d.HV, d.K});
-    check_shape(in.beta, "beta", {d.B, d.T, d.HV});
-    if (in.h0.defined()) check_shape(in.h0, "h0", {d.N, d.HV, d.K, d.V});
+    check_shape(kFamily, in.k, "k", {d.B, d.T, d.H, d.K});
+    check_shape(kFamily, in.v, "v", {d.B, d.T, d.HV, d.V});
+    check_shape(kFamily, in.g, "g", {d.B, d.T, d.HV, d.K});
+    check_shape(kFamily, in.beta, "beta", {d.B, d.T, d.HV});
+    if (in.h0.defined()) check_shape(kFamily, in.h0, "h0", {d.N, d.HV, d.K, d.V});
     if (in.use_gate_in_kernel) {
         LAV_CHECK(in.A_log.defined(), "kda: use_gate_in_kernel needs A_log");
-        check_shape(in.A_log, "A_log", {d.HV});
-        if (in.dt_bias.defined()) check_shape(in.dt_bias, "dt_bias", {d.HV * d.K});
+        check_shape(kFamily, in.A_log, "A_log", {d.HV});
+        if (in.dt_bias.defined()) check_shape(kFamily, in.dt_bias, "dt_bias", {d.HV * d.K});
     }
     LAV_CHECK(!in.lower_bound || (in.use_gate_in_kernel && *in.lower_bound < 0.0),
               "kda: lower_bound needs use_gate_in_kernel and must be negative");
@@ -79,11 +75,6 @@ Dims check_inputs(const KdaInputs& in) {
               "kda: allow_neg_eigval needs use_beta_sigmoid_in_kernel");
     d.scale = in.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(d.K)) : in.scale;
     return d;
-}
-
-// The rows of `seq` in a [B, T, ...] tensor: a [L, ...] view.
-at::Tensor rows(const at::Tensor& t, const Sequence& seq) {
-    return t.select(0, seq.batch).narrow(0, seq.begin, seq.length());
 }
 
 // ---- the in-kernel activations: l2norm, gate, beta ----
@@ -166,13 +157,6 @@ at::Tensor initial_state(const at::Tensor& h0, int64_t index, const Dims& d,
 // [HV, K, V] sizes ATen runs these on the calling thread, while MKL forks and joins threads for
 // each small product (reference/README.md, simple_gla).
 
-// out = Σ_dim a ⊙ b, with `scratch` ([HV, K, V]) holding the product.
-void contract_out(at::Tensor& out, at::Tensor& scratch, const at::Tensor& a, const at::Tensor& b,
-                  int64_t dim) {
-    at::mul_out(scratch, a, b);
-    at::sum_out(out, scratch, dim);
-}
-
 /// Scratch for one step: the decayed state's readout and the delta-rule value.
 struct StepBuffers {
     at::Tensor scratch;  // [HV, K, V]
@@ -197,13 +181,6 @@ void decay_and_delta(at::Tensor& state, StepBuffers& buf, const SequenceInputs& 
 void step_inplace(at::Tensor& state, StepBuffers& buf, const SequenceInputs& s, int64_t t) {
     decay_and_delta(state, buf, s, t);
     state.addcmul_(s.k.select(0, t).unsqueeze(2), buf.u.unsqueeze(1));
-}
-
-int64_t ceil_sqrt(int64_t n) {
-    int64_t c = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
-    while (c * c < n) ++c;
-    while (c > 1 && (c - 1) * (c - 1) >= n) --c;
-    return c;
 }
 
 /// One sequence's gradients w.r.t. what the recurrence consumed: q, k per value head, the log
@@ -316,11 +293,11 @@ KdaOutputs kda_fwd(const KdaInputs& in) {
 
 KdaGrads kda_bwd(const KdaInputs& in, const at::Tensor& d_o, const at::Tensor& dht) {
     const Dims d = check_inputs(in);
-    assert_fp64(d_o, "d_o");
-    assert_fp64(dht, "dht");
+    assert_fp64(kFamily, d_o, "d_o");
+    assert_fp64(kFamily, dht, "dht");
     LAV_ASSERT(d_o.defined(), "kda reference backward called without d_o");
-    check_shape(d_o, "d_o", {d.B, d.T, d.HV, d.V});
-    if (dht.defined()) check_shape(dht, "dht", {d.N, d.HV, d.K, d.V});
+    check_shape(kFamily, d_o, "d_o", {d.B, d.T, d.HV, d.V});
+    if (dht.defined()) check_shape(kFamily, dht, "dht", {d.N, d.HV, d.K, d.V});
     const at::TensorOptions opts = in.q.options();
 
     KdaGrads grads;

@@ -9,27 +9,22 @@
 #include <cmath>
 #include <limits>
 
+#include "common.h"
 #include "core/error.h"
 #include "core/varlen.h"
 
 namespace lav::ref {
 namespace {
 
+constexpr const char* kFamily = "mesa_net";
+using common::assert_fp64;
+using common::ceil_sqrt;
+using common::check_shape;
+using common::rows;
+
 struct Dims {
     int64_t B, T, H, K, V, N;
 };
-
-// NUMERICS.md rule 1: a non-fp64 tensor here is a harness bug, not a user error.
-void assert_fp64(const at::Tensor& t, const char* name) {
-    LAV_ASSERT(!t.defined() || t.scalar_type() == at::kDouble,
-               "the mesa_net reference takes fp64 tensors only, got ", name, " of dtype ",
-               t.scalar_type());
-}
-
-void check_shape(const at::Tensor& t, const char* name, const std::vector<int64_t>& expected) {
-    LAV_CHECK(t.sizes() == at::IntArrayRef(expected), "mesa_net: ", name, " must have shape ",
-              at::IntArrayRef(expected), ", got ", t.sizes());
-}
 
 Dims check_inputs(const MesaNetInputs& in) {
     LAV_ASSERT(in.q.defined() && in.k.defined() && in.v.defined() && in.g.defined() &&
@@ -40,7 +35,7 @@ Dims check_inputs(const MesaNetInputs& in) {
           std::make_pair(&in.g, "g"), std::make_pair(&in.beta, "beta"),
           std::make_pair(&in.lamb, "lamb"), std::make_pair(&in.h_kk0, "h_kk0"),
           std::make_pair(&in.h_kv0, "h_kv0")})
-        assert_fp64(*t, name);
+        assert_fp64(kFamily, *t, name);
     LAV_CHECK(in.q.dim() == 4 && in.v.dim() == 4, "mesa_net: q and v must be [B, T, H, D], got q ",
               in.q.sizes(), " and v ", in.v.sizes());
     Dims d{};
@@ -51,13 +46,13 @@ Dims check_inputs(const MesaNetInputs& in) {
     d.V = in.v.size(3);
     d.N = num_sequences(d.B, in.cu_seqlens);
     LAV_CHECK(d.H > 0 && d.K > 0 && d.V > 0, "mesa_net: H, K and V must be positive");
-    check_shape(in.k, "k", {d.B, d.T, d.H, d.K});
-    check_shape(in.v, "v", {d.B, d.T, d.H, d.V});
-    check_shape(in.g, "g", {d.B, d.T, d.H});
-    check_shape(in.beta, "beta", {d.B, d.T, d.H});
-    check_shape(in.lamb, "lamb", {d.H, d.K});
-    if (in.h_kk0.defined()) check_shape(in.h_kk0, "h_kk0", {d.N, d.H, d.K, d.K});
-    if (in.h_kv0.defined()) check_shape(in.h_kv0, "h_kv0", {d.N, d.H, d.K, d.V});
+    check_shape(kFamily, in.k, "k", {d.B, d.T, d.H, d.K});
+    check_shape(kFamily, in.v, "v", {d.B, d.T, d.H, d.V});
+    check_shape(kFamily, in.g, "g", {d.B, d.T, d.H});
+    check_shape(kFamily, in.beta, "beta", {d.B, d.T, d.H});
+    check_shape(kFamily, in.lamb, "lamb", {d.H, d.K});
+    if (in.h_kk0.defined()) check_shape(kFamily, in.h_kk0, "h_kk0", {d.N, d.H, d.K, d.K});
+    if (in.h_kv0.defined()) check_shape(kFamily, in.h_kv0, "h_kv0", {d.N, d.H, d.K, d.V});
     return d;
 }
 
@@ -71,11 +66,6 @@ at::Tensor l2norm_backward(const at::Tensor& x, const at::Tensor& dy) {
     const at::Tensor norm = l2_norm_of(x);
     const at::Tensor y = x / norm;
     return (dy - (dy * y).sum(-1, /*keepdim=*/true) * y) / norm;
-}
-
-// The rows of `seq` in a [B, T, ...] tensor: a [L, ...] view.
-at::Tensor rows(const at::Tensor& t, const Sequence& seq) {
-    return t.select(0, seq.batch).narrow(0, seq.begin, seq.length());
 }
 
 // A state's row for sequence `index`, or zeros of `sizes`.
@@ -119,13 +109,6 @@ at::Tensor solve(const at::Tensor& A, const at::Tensor& b) {
     return at::linalg_solve(A, b.unsqueeze(2)).squeeze(2);
 }
 
-int64_t ceil_sqrt(int64_t n) {
-    int64_t c = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
-    while (c * c < n) ++c;
-    while (c > 1 && (c - 1) * (c - 1) >= n) --c;
-    return c;
-}
-
 }  // namespace
 
 MesaNetOutputs mesa_net_fwd(const MesaNetInputs& in) {
@@ -157,13 +140,13 @@ MesaNetOutputs mesa_net_fwd(const MesaNetInputs& in) {
 MesaNetGrads mesa_net_bwd(const MesaNetInputs& in, const at::Tensor& d_o, const at::Tensor& dht_kk,
                           const at::Tensor& dht_kv) {
     const Dims d = check_inputs(in);
-    assert_fp64(d_o, "d_o");
-    assert_fp64(dht_kk, "dht_kk");
-    assert_fp64(dht_kv, "dht_kv");
+    assert_fp64(kFamily, d_o, "d_o");
+    assert_fp64(kFamily, dht_kk, "dht_kk");
+    assert_fp64(kFamily, dht_kv, "dht_kv");
     LAV_ASSERT(d_o.defined(), "mesa_net reference backward called without d_o");
-    check_shape(d_o, "d_o", {d.B, d.T, d.H, d.V});
-    if (dht_kk.defined()) check_shape(dht_kk, "dht_kk", {d.N, d.H, d.K, d.K});
-    if (dht_kv.defined()) check_shape(dht_kv, "dht_kv", {d.N, d.H, d.K, d.V});
+    check_shape(kFamily, d_o, "d_o", {d.B, d.T, d.H, d.V});
+    if (dht_kk.defined()) check_shape(kFamily, dht_kk, "dht_kk", {d.N, d.H, d.K, d.K});
+    if (dht_kv.defined()) check_shape(kFamily, dht_kv, "dht_kv", {d.N, d.H, d.K, d.V});
     const at::TensorOptions opts = in.q.options();
     const int64_t H = d.H;
     const Prepared p = prepare(in);

@@ -8,40 +8,36 @@
 #include <cmath>
 #include <limits>
 
+#include "common.h"
 #include "core/error.h"
 #include "core/varlen.h"
 
 namespace lav::ref {
 namespace {
 
+constexpr const char* kFamily = "rwkv7";
+using common::assert_fp64;
+using common::ceil_sqrt;
+using common::check_shape;
+using common::contract_out;
+using common::rows;
+
 struct Dims {
     int64_t B, T, H, K, V, N;
     double scale;  // resolved: never 0
 };
 
-// NUMERICS.md rule 1: a non-fp64 tensor here is a harness bug, not a user error.
-void assert_fp64(const at::Tensor& t, const char* name) {
-    LAV_ASSERT(!t.defined() || t.scalar_type() == at::kDouble,
-               "the rwkv7 reference takes fp64 tensors only, got ", name, " of dtype ",
-               t.scalar_type());
-}
-
-void check_shape(const at::Tensor& t, const char* name, const std::vector<int64_t>& expected) {
-    LAV_CHECK(t.sizes() == at::IntArrayRef(expected), "rwkv7: ", name, " must have shape ",
-              at::IntArrayRef(expected), ", got ", t.sizes());
-}
-
 Dims check_inputs(const Rwkv7Inputs& in) {
     LAV_ASSERT(
         in.q.defined() && in.k.defined() && in.v.defined() && in.a.defined() && in.b.defined(),
         "rwkv7 reference called without q, k, v, a or b");
-    assert_fp64(in.q, "q");
-    assert_fp64(in.w, "w");
-    assert_fp64(in.k, "k");
-    assert_fp64(in.v, "v");
-    assert_fp64(in.a, "a");
-    assert_fp64(in.b, "b");
-    assert_fp64(in.h0, "h0");
+    assert_fp64(kFamily, in.q, "q");
+    assert_fp64(kFamily, in.w, "w");
+    assert_fp64(kFamily, in.k, "k");
+    assert_fp64(kFamily, in.v, "v");
+    assert_fp64(kFamily, in.a, "a");
+    assert_fp64(kFamily, in.b, "b");
+    assert_fp64(kFamily, in.h0, "h0");
     LAV_CHECK(in.q.dim() == 4 && in.v.dim() == 4, "rwkv7: q and v must be [B, T, H, D], got q ",
               in.q.sizes(), " and v ", in.v.sizes());
     Dims d{};
@@ -53,19 +49,14 @@ Dims check_inputs(const Rwkv7Inputs& in) {
     d.N = num_sequences(d.B, in.cu_seqlens);
     LAV_CHECK(d.K > 0 && d.V > 0, "rwkv7: K and V must be positive, got K = ", d.K, ", V = ", d.V);
     const std::vector<int64_t> key_shape = {d.B, d.T, d.H, d.K};
-    check_shape(in.k, "k", key_shape);
-    check_shape(in.a, "a", key_shape);
-    check_shape(in.b, "b", key_shape);
-    if (in.w.defined()) check_shape(in.w, "w", key_shape);
-    check_shape(in.v, "v", {d.B, d.T, d.H, d.V});
-    if (in.h0.defined()) check_shape(in.h0, "h0", {d.N, d.H, d.K, d.V});
+    check_shape(kFamily, in.k, "k", key_shape);
+    check_shape(kFamily, in.a, "a", key_shape);
+    check_shape(kFamily, in.b, "b", key_shape);
+    if (in.w.defined()) check_shape(kFamily, in.w, "w", key_shape);
+    check_shape(kFamily, in.v, "v", {d.B, d.T, d.H, d.V});
+    if (in.h0.defined()) check_shape(kFamily, in.h0, "h0", {d.N, d.H, d.K, d.V});
     d.scale = in.scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(d.K)) : in.scale;
     return d;
-}
-
-// The rows of `seq` in a [B, T, ...] tensor: a [L, ...] view.
-at::Tensor rows(const at::Tensor& t, const Sequence& seq) {
-    return t.select(0, seq.batch).narrow(0, seq.begin, seq.length());
 }
 
 at::Tensor initial_state(const at::Tensor& h0, int64_t index, const Dims& d,
@@ -97,20 +88,6 @@ void step_inplace(at::Tensor& state, at::Tensor& ha, at::Tensor& scratch, const 
     if (s.decay.defined()) state.mul_(s.decay.select(0, t).unsqueeze(2));
     state.addcmul_(s.b.select(0, t).unsqueeze(2), ha.unsqueeze(1));
     state.addcmul_(s.k.select(0, t).unsqueeze(2), s.v.select(0, t).unsqueeze(1));
-}
-
-// out = Σ_dims a ⊙ b through `scratch` ([H, K, V]).
-void contract_out(at::Tensor& out, at::Tensor& scratch, const at::Tensor& a, const at::Tensor& b,
-                  at::IntArrayRef dims) {
-    at::mul_out(scratch, a, b);
-    at::sum_out(out, scratch, dims);
-}
-
-int64_t ceil_sqrt(int64_t n) {
-    int64_t c = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
-    while (c * c < n) ++c;
-    while (c > 1 && (c - 1) * (c - 1) >= n) --c;
-    return c;
 }
 
 // [H, C, C] Σ_d x_id y_jd exp(X_id − Y_jd), kept where `keep` ([C, C]) is true and exactly 0
@@ -154,11 +131,11 @@ Rwkv7Outputs rwkv7_fwd(const Rwkv7Inputs& in) {
 
 Rwkv7Grads rwkv7_bwd(const Rwkv7Inputs& in, const at::Tensor& d_o, const at::Tensor& dht) {
     const Dims d = check_inputs(in);
-    assert_fp64(d_o, "d_o");
-    assert_fp64(dht, "dht");
+    assert_fp64(kFamily, d_o, "d_o");
+    assert_fp64(kFamily, dht, "dht");
     LAV_ASSERT(d_o.defined(), "rwkv7 reference backward called without d_o");
-    check_shape(d_o, "d_o", {d.B, d.T, d.H, d.V});
-    if (dht.defined()) check_shape(dht, "dht", {d.N, d.H, d.K, d.V});
+    check_shape(kFamily, d_o, "d_o", {d.B, d.T, d.H, d.V});
+    if (dht.defined()) check_shape(kFamily, dht, "dht", {d.N, d.H, d.K, d.V});
     const at::TensorOptions opts = in.q.options();
     const int64_t H = d.H;
 

@@ -32,8 +32,7 @@ int cmd_list(const std::vector<std::string>& args) {
     for (const auto& f : registry.families()) {
         std::cout << f.info.name << "  — " << f.info.summary << "\n"
                   << "  variants: " << join(f.info.variants) << "\n"
-                  << (f.cuda_variants.empty() ? ""
-                                              : "  cuda:     " + join(f.cuda_variants) + "\n")
+                  << (f.cuda_variants.empty() ? "" : "  cuda:     " + join(f.cuda_variants) + "\n")
                   << "  passes:   fwd, bwd\n"
                   << "  inputs:   " << join(f.info.inputs) << "\n"
                   << "  measured: " << join(f.info.measured) << "\n";

@@ -1,11 +1,8 @@
-// src/harness/based_family.cpp — Based's tensors, reference and CPU backend.
+// src/harness/based_family.cpp — Based's options, reference and CPU backend; the rest is shared
+// with rebased in feature_map_family.h.
 #include <ATen/ATen.h>
 
-#include <cmath>
-
-#include "core/error.h"
-#include "core/layout.h"
-#include "harness/registry.h"
+#include "harness/feature_map_family.h"
 #include "kernels/based/based.h"
 #include "reference/based.h"
 
@@ -13,87 +10,27 @@ namespace lav::harness {
 namespace {
 
 using scenario::Case;
-using scenario::FamilyIssue;
-using scenario::Generator;
-
-bool use_norm(const Case& c) { return c.options.at("use_norm") == "true"; }
-
-double scale_of(const Case& c) {
-    return c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.K));
-}
-
-std::vector<TensorSpec> inputs(const Case& c) {
-    return {{"q", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-            {"k", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-            {"v", {c.B, c.T, c.H, c.V}, c.input_dtype, true, Generator{}}};
-}
-
-std::vector<TensorSpec> cotangents(const Case& c) {
-    return {{"d_o", {c.B, c.T, c.H, c.V}, c.output_dtype, true, Generator{}}};
-}
-
-std::vector<MeasuredSpec> measured(const Case&, bool backward) {
-    using metrics::TensorKind;
-    if (!backward) return {{"o", TensorKind::output, 1}};
-    return {{"dq", TensorKind::gradient, 1},
-            {"dk", TensorKind::gradient, 1},
-            {"dv", TensorKind::gradient, 1}};
-}
-
-std::vector<FamilyIssue> check(const Case& c) {
-    std::vector<FamilyIssue> issues;
-    if (c.HV > 0 && c.HV != c.H)
-        issues.push_back({"shape.HV", "based has no grouped value heads (HV must equal H)",
-                          "leave shape.HV unset"});
-    // the feature map has 1 + K + K² dims and FLA's kernels take K ≤ 128 (parallel_based)
-    if (c.K > 128)
-        issues.push_back({"shape.K", "based takes K <= 128 (FLA's parallel_based asserts it)",
-                          "use a feature dimension of at most 128 (FLA's layers use 16)"});
-    return issues;
-}
 
 TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
-    ref::BasedInputs r;
-    r.q = in.at("q");
-    r.k = in.at("k");
-    r.v = in.at("v");
-    r.cu_seqlens = c.cu_seqlens;
+    auto r = feature_map::ref_inputs<ref::BasedInputs>(c, in);
     r.scale = scale_of(c);
-    r.use_norm = use_norm(c);
+    r.use_norm = flag(c, "use_norm");
     TensorMap out = {{"o", ref::based_fwd(r)}};
-    if (backward) {
-        const ref::BasedGrads g = ref::based_bwd(r, cot.at("d_o"));
-        out["dq"] = g.dq;
-        out["dk"] = g.dk;
-        out["dv"] = g.dv;
-    }
+    if (backward) add_defined(out, feature_map::grads(ref::based_bwd(r, cot.at("d_o"))));
     return out;
 }
 
 KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
                      const TensorMap& cot, bool backward) {
-    kernels::BasedArgs a;
-    a.q = in.at("q");
-    a.k = in.at("k");
-    a.v = in.at("v");
-    if (!c.cu_seqlens.empty())
-        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
-    a.layout = c.layout;
+    auto a = feature_map::kernel_args<kernels::BasedArgs>(c, in);
     a.scale = scale_of(c);
-    a.use_norm = use_norm(c);
-    a.state_dtype = to_scalar_type(c.state_dtype);
-    a.output_dtype = to_scalar_type(c.output_dtype);
-    a.chunk_size = c.chunk_size;
+    a.use_norm = flag(c, "use_norm");
     KernelResult result;
     result.contract = kernels::based_contract(variant, backward, a);
-    if (!backward) {
-        result.results = {{"o", to_head_last(kernels::based_fwd_cpu(variant, a), c.layout)}};
-        return result;
-    }
-    const kernels::BasedGrads g = kernels::based_bwd_cpu(variant, a, cot.at("d_o"));
-    result.results = {{"dq", to_head_last(g.dq, c.layout)},
-                      {"dk", to_head_last(g.dk, c.layout)},
-                      {"dv", to_head_last(g.dv, c.layout)}};
+    const TensorMap raw =
+        backward ? feature_map::grads(kernels::based_bwd_cpu(variant, a, cot.at("d_o")))
+                 : TensorMap{{"o", kernels::based_fwd_cpu(variant, a)}};
+    result.results = head_last_results(c, feature_map::measured(c, backward), raw);
     return result;
 }
 
@@ -101,18 +38,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
 
 Family based_family() {
     Family f;
+    feature_map::fill(f);
     f.info.name = "based";
     f.info.summary =
         "Based: causal linear attention with the 2nd-order Taylor feature map "
         "and its normaliser (no recurrent state)";
-    f.info.variants = {"parallel", "chunk", "recurrent"};
-    f.info.inputs = {"q", "k", "v", "d_o"};
-    f.info.measured = {"o", "dq", "dk", "dv"};
     f.info.options = {{"use_norm", {"true", "false"}}};
-    f.info.check = check;
-    f.inputs = inputs;
-    f.cotangents = cotangents;
-    f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
     return f;

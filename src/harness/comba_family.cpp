@@ -2,10 +2,9 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <string>
 
-#include "core/error.h"
-#include "core/layout.h"
-#include "core/varlen.h"
+#include "harness/family_support.h"
 #include "harness/registry.h"
 #include "kernels/comba/comba.h"
 #include "reference/comba.h"
@@ -17,62 +16,42 @@ using scenario::Case;
 using scenario::FamilyIssue;
 using scenario::Generator;
 
-bool l2norm_of(const Case& c) { return c.options.at("use_qk_l2norm_in_kernel") == "true"; }
-
-double scale_of(const Case& c) {
-    return c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.K));
-}
+bool l2norm_of(const Case& c) { return flag(c, "use_qk_l2norm_in_kernel"); }
 
 std::vector<TensorSpec> inputs(const Case& c) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
     // randn q, k, p as FLA's comba tests draw them (stable once the kernel normalises them),
     // the log decay as logsigmoid, β as U[0, 1)
-    std::vector<TensorSpec> specs = {
-        {"q", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"k", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"v", {c.B, c.T, c.H, c.V}, c.input_dtype, true, Generator{}},
-        {"p", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"g", {c.B, c.T, c.H}, c.gate_dtype, true, Generator{"logsigmoid"}},
-        {"beta", {c.B, c.T, c.H}, c.gate_dtype, true, Generator{"rand"}},
-    };
-    if (c.initial_state)
-        specs.push_back({"h0", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}});
+    std::vector<TensorSpec> specs = qkv_specs(c, c.H);
+    specs.push_back({"p", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}});
+    specs.push_back({"g", {c.B, c.T, c.H}, c.gate_dtype, true, Generator{"logsigmoid"}});
+    specs.push_back({"beta", {c.B, c.T, c.H}, c.gate_dtype, true, Generator{"rand"}});
+    if (c.initial_state) specs.push_back(kv_state_spec(c, "h0", c.H));
     return specs;
 }
 
-std::vector<TensorSpec> cotangents(const Case& c) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
-    return {
-        {"d_o", {c.B, c.T, c.H, c.V}, c.output_dtype, true, Generator{}},
-        {"dht", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}},
-    };
-}
+std::vector<TensorSpec> cotangents(const Case& c) { return output_state_cotangents(c, c.H); }
 
 std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
     using metrics::TensorKind;
-    if (!backward) return {{"o", TensorKind::output, 1}, {"ht", TensorKind::state, -1}};
-    std::vector<MeasuredSpec> out = {
-        {"dq", TensorKind::gradient, 1},  {"dk", TensorKind::gradient, 1},
-        {"dv", TensorKind::gradient, 1},  {"dp", TensorKind::gradient, 1},
-        {"dg", TensorKind::gate_grad, 1}, {"dbeta", TensorKind::gate_grad, 1}};
+    if (!backward) return output_state_measured();
+    std::vector<MeasuredSpec> out = qkv_grads_measured();
+    out.push_back({"dp", TensorKind::gradient, 1});
+    out.push_back({"dg", TensorKind::gate_grad, 1});
+    out.push_back({"dbeta", TensorKind::gate_grad, 1});
     if (c.initial_state) out.push_back({"dh0", TensorKind::gradient, -1});
     return out;
 }
 
 std::vector<FamilyIssue> check(const Case& c) {
     std::vector<FamilyIssue> issues;
-    if (c.HV > 0 && c.HV != c.H)
-        issues.push_back({"shape.HV", "comba has no grouped value heads (HV must equal H)",
-                          "leave shape.HV unset"});
+    check_one_value_head(issues, c);
     // without the in-kernel norm the keys are used as drawn, and the step e^g I − β k pᵀ
     // grows the state once |k||p| is well above 1 (randn: |k|² ≈ scale²·K)
     if (!l2norm_of(c)) {
         for (const char* name : {"k", "p"}) {
-            const auto it = c.generators.find(name);
-            const Generator gen = it != c.generators.end() ? it->second : Generator{};
-            double norm2 = gen.scale * gen.scale * static_cast<double>(c.K);
-            if (gen.dist == "rand") norm2 /= 3.0;
-            if (gen.dist != "zeros" && norm2 > 2.0)
+            const Generator gen = generator_of(c, name);
+            const double norm2 = expected_norm2(gen, c.K);
+            if (norm2 > 2.0)
                 issues.push_back({"options.use_qk_l2norm_in_kernel",
                                   std::string(name) + " drawn as '" + gen.dist +
                                       "' has |x|^2 of about " +
@@ -101,13 +80,13 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
         const ref::CombaGrads g = ref::comba_bwd(r, cot.at("d_o"), cot.at("dht"));
-        out["dq"] = g.dq;
-        out["dk"] = g.dk;
-        out["dv"] = g.dv;
-        out["dp"] = g.dp;
-        out["dg"] = g.dg;
-        out["dbeta"] = g.dbeta;
-        if (g.dh0.defined()) out["dh0"] = g.dh0;
+        add_defined(out, {{"dq", g.dq},
+                          {"dk", g.dk},
+                          {"dv", g.dv},
+                          {"dp", g.dp},
+                          {"dg", g.dg},
+                          {"dbeta", g.dbeta},
+                          {"dh0", g.dh0}});
     }
     return out;
 }
@@ -122,34 +101,27 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.g = in.at("g");
     a.beta = in.at("beta");
     a.h0 = get_or_undefined(in, "h0");
-    if (!c.cu_seqlens.empty())
-        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
-    a.layout = c.layout;
     a.scale = scale_of(c);
     a.use_qk_l2norm_in_kernel = l2norm_of(c);
-    a.state_dtype = to_scalar_type(c.state_dtype);
-    a.output_dtype = to_scalar_type(c.output_dtype);
-    a.chunk_size = c.chunk_size;
+    set_common_args(a, c);
 
-    const bool chunk = variant == "chunk";
-    LAV_ASSERT(chunk || variant == "recurrent", "unknown comba variant ", variant);
+    const bool chunk = is_chunk("comba", variant);
     KernelResult result;
     result.contract = kernels::comba_contract(variant, backward, a);
+    TensorMap raw;
     if (!backward) {
         const kernels::CombaFwd f =
             chunk ? kernels::comba_chunk_fwd_cpu(a) : kernels::comba_recurrent_fwd_cpu(a);
-        result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
-        return result;
+        raw = {{"o", f.o}, {"ht", f.ht}};
+    } else {
+        const at::Tensor d_o = cot.at("d_o");
+        const at::Tensor dht = cot.at("dht");
+        const kernels::CombaGrads g = chunk ? kernels::comba_chunk_bwd_cpu(a, d_o, dht)
+                                            : kernels::comba_recurrent_bwd_cpu(a, d_o, dht);
+        raw = {{"dq", g.dq}, {"dk", g.dk},       {"dv", g.dv},  {"dp", g.dp},
+               {"dg", g.dg}, {"dbeta", g.dbeta}, {"dh0", g.dh0}};
     }
-    const at::Tensor d_o = cot.at("d_o");
-    const at::Tensor dht = cot.at("dht");
-    const kernels::CombaGrads g = chunk ? kernels::comba_chunk_bwd_cpu(a, d_o, dht)
-                                        : kernels::comba_recurrent_bwd_cpu(a, d_o, dht);
-    result.results = {
-        {"dq", to_head_last(g.dq, c.layout)}, {"dk", to_head_last(g.dk, c.layout)},
-        {"dv", to_head_last(g.dv, c.layout)}, {"dp", to_head_last(g.dp, c.layout)},
-        {"dg", to_head_last(g.dg, c.layout)}, {"dbeta", to_head_last(g.dbeta, c.layout)}};
-    if (g.dh0.defined()) result.results["dh0"] = g.dh0;
+    result.results = head_last_results(c, measured(c, backward), raw);
     return result;
 }
 

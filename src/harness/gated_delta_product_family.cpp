@@ -2,12 +2,7 @@
 // backend.
 #include <ATen/ATen.h>
 
-#include <cmath>
-#include <string>
-
-#include "core/error.h"
-#include "core/layout.h"
-#include "core/varlen.h"
+#include "harness/family_support.h"
 #include "harness/registry.h"
 #include "kernels/gated_delta_product/gated_delta_product.h"
 #include "reference/gated_delta_product.h"
@@ -19,17 +14,12 @@ using scenario::Case;
 using scenario::FamilyIssue;
 using scenario::Generator;
 
-int64_t householder_of(const Case& c) { return std::stoll(c.options.at("num_householder")); }
+int64_t householder_of(const Case& c) { return int_option(c, "num_householder"); }
 bool gated(const Case& c) { return c.options.at("gate") == "g"; }
-bool l2norm_of(const Case& c) { return c.options.at("use_qk_l2norm_in_kernel") == "true"; }
-
-double scale_of(const Case& c) {
-    return c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.K));
-}
+bool l2norm_of(const Case& c) { return flag(c, "use_qk_l2norm_in_kernel"); }
 
 // k, v and β have num_householder rows per token (FLA's interleaved layout); q, g and o one.
 std::vector<TensorSpec> inputs(const Case& c) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
     const int64_t Tn = c.T * householder_of(c);
     std::vector<TensorSpec> specs = {
         {"q", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
@@ -39,26 +29,16 @@ std::vector<TensorSpec> inputs(const Case& c) {
     };
     if (gated(c))
         specs.push_back({"g", {c.B, c.T, c.H}, c.gate_dtype, true, Generator{"logsigmoid"}});
-    if (c.initial_state)
-        specs.push_back({"h0", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}});
+    if (c.initial_state) specs.push_back(kv_state_spec(c, "h0", c.H));
     return specs;
 }
 
-std::vector<TensorSpec> cotangents(const Case& c) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
-    return {
-        {"d_o", {c.B, c.T, c.H, c.V}, c.output_dtype, true, Generator{}},
-        {"dht", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}},
-    };
-}
+std::vector<TensorSpec> cotangents(const Case& c) { return output_state_cotangents(c, c.H); }
 
 std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
     using metrics::TensorKind;
-    if (!backward) return {{"o", TensorKind::output, 1}, {"ht", TensorKind::state, -1}};
-    std::vector<MeasuredSpec> out = {{"dq", TensorKind::gradient, 1},
-                                     {"dk", TensorKind::gradient, 1},
-                                     {"dv", TensorKind::gradient, 1},
-                                     {"dbeta", TensorKind::gate_grad, 1}};
+    if (!backward) return output_state_measured();
+    std::vector<MeasuredSpec> out = qkv_grads_measured({"dbeta"});
     if (gated(c)) out.push_back({"dg", TensorKind::gate_grad, 1});
     if (c.initial_state) out.push_back({"dh0", TensorKind::gradient, -1});
     return out;
@@ -66,25 +46,9 @@ std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
 
 std::vector<FamilyIssue> check(const Case& c) {
     std::vector<FamilyIssue> issues;
-    if (c.HV > 0 && c.HV != c.H)
-        issues.push_back({"shape.HV", "gated_delta_product has no grouped value heads",
-                          "leave shape.HV unset (FLA's chunk_gated_delta_product takes one H)"});
-    // without the in-kernel norm the keys are used as drawn, and a sub-step's eigenvalue
-    // 1 − β‖k‖² leaves (−1, 1) once ‖k‖² > 2 for β < 1 (randn, ones: ‖k‖² ≈ scale²·K; rand: /3)
-    if (!l2norm_of(c)) {
-        const auto it = c.generators.find("k");
-        const Generator gen = it != c.generators.end() ? it->second : Generator{};
-        double norm2 = gen.scale * gen.scale * static_cast<double>(c.K);
-        if (gen.dist == "rand") norm2 /= 3.0;
-        if (gen.dist != "zeros" && norm2 > 2.0)
-            issues.push_back({"options.use_qk_l2norm_in_kernel",
-                              "keys drawn as '" + gen.dist + "' have |k|^2 of about " +
-                                  std::to_string(static_cast<int64_t>(std::lround(norm2))) +
-                                  " without the in-kernel norm, and the delta rule diverges for "
-                                  "beta |k|^2 > 2",
-                              "keep use_qk_l2norm_in_kernel = true, or draw k with scale K^-0.5 "
-                              "([inputs] k = { dist = \"randn\", scale = ... })"});
-    }
+    // FLA's chunk_gated_delta_product takes one H
+    check_one_value_head(issues, c);
+    check_unnormalised_keys(issues, c);
     return issues;
 }
 
@@ -103,14 +67,14 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     const ref::GatedDeltaProductOutputs fwd = ref::gated_delta_product_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
-        const ref::GatedDeltaProductGrads grads =
+        const ref::GatedDeltaProductGrads g =
             ref::gated_delta_product_bwd(r, cot.at("d_o"), cot.at("dht"));
-        out["dq"] = grads.dq;
-        out["dk"] = grads.dk;
-        out["dv"] = grads.dv;
-        out["dbeta"] = grads.dbeta;
-        if (grads.dg.defined()) out["dg"] = grads.dg;
-        if (grads.dh0.defined()) out["dh0"] = grads.dh0;
+        add_defined(out, {{"dq", g.dq},
+                          {"dk", g.dk},
+                          {"dv", g.dv},
+                          {"dbeta", g.dbeta},
+                          {"dg", g.dg},
+                          {"dh0", g.dh0}});
     }
     return out;
 }
@@ -124,38 +88,30 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.g = get_or_undefined(in, "g");
     a.beta = in.at("beta");
     a.h0 = get_or_undefined(in, "h0");
-    if (!c.cu_seqlens.empty())
-        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
-    a.layout = c.layout;
     a.num_householder = householder_of(c);
     a.scale = scale_of(c);
     a.use_qk_l2norm_in_kernel = l2norm_of(c);
-    a.state_dtype = to_scalar_type(c.state_dtype);
-    a.output_dtype = to_scalar_type(c.output_dtype);
-    a.chunk_size = c.chunk_size;
+    set_common_args(a, c);
 
-    const bool chunk = variant == "chunk";
-    LAV_ASSERT(chunk || variant == "recurrent", "unknown gated_delta_product variant ", variant);
+    const bool chunk = is_chunk("gated_delta_product", variant);
     KernelResult result;
     result.contract = kernels::gated_delta_product_contract(variant, backward, a);
+    TensorMap raw;
     if (!backward) {
         const kernels::GatedDeltaProductFwd f =
             chunk ? kernels::gated_delta_product_chunk_fwd_cpu(a)
                   : kernels::gated_delta_product_recurrent_fwd_cpu(a);
-        result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
-        return result;
+        raw = {{"o", f.o}, {"ht", f.ht}};
+    } else {
+        const at::Tensor d_o = cot.at("d_o");
+        const at::Tensor dht = cot.at("dht");
+        const kernels::GatedDeltaProductGrads g =
+            chunk ? kernels::gated_delta_product_chunk_bwd_cpu(a, d_o, dht)
+                  : kernels::gated_delta_product_recurrent_bwd_cpu(a, d_o, dht);
+        raw = {{"dq", g.dq},       {"dk", g.dk}, {"dv", g.dv},
+               {"dbeta", g.dbeta}, {"dg", g.dg}, {"dh0", g.dh0}};
     }
-    const at::Tensor d_o = cot.at("d_o");
-    const at::Tensor dht = cot.at("dht");
-    const kernels::GatedDeltaProductGrads g =
-        chunk ? kernels::gated_delta_product_chunk_bwd_cpu(a, d_o, dht)
-              : kernels::gated_delta_product_recurrent_bwd_cpu(a, d_o, dht);
-    result.results = {{"dq", to_head_last(g.dq, c.layout)},
-                      {"dk", to_head_last(g.dk, c.layout)},
-                      {"dv", to_head_last(g.dv, c.layout)},
-                      {"dbeta", to_head_last(g.dbeta, c.layout)}};
-    if (g.dg.defined()) result.results["dg"] = to_head_last(g.dg, c.layout);
-    if (g.dh0.defined()) result.results["dh0"] = g.dh0;
+    result.results = head_last_results(c, measured(c, backward), raw);
     return result;
 }
 

@@ -1,11 +1,7 @@
 // src/harness/gla_family.cpp — gla's tensors, reference and CPU backend behind Family.
 #include <ATen/ATen.h>
 
-#include <cmath>
-
-#include "core/error.h"
-#include "core/layout.h"
-#include "core/varlen.h"
+#include "harness/family_support.h"
 #include "harness/registry.h"
 #ifdef LAV_HAS_CUDA
 #include "kernels/common/gated_linear_cuda.h"
@@ -19,48 +15,26 @@ namespace {
 using scenario::Case;
 using scenario::Generator;
 
-double scale_of(const Case& c) {
-    return c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.K));
-}
-
 std::vector<TensorSpec> inputs(const Case& c) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
-    std::vector<TensorSpec> specs = {
-        {"q", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"k", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"v", {c.B, c.T, c.H, c.V}, c.input_dtype, true, Generator{}},
-        {"g", {c.B, c.T, c.H, c.K}, c.gate_dtype, true, Generator{"logsigmoid"}},
-    };
-    if (c.initial_state)
-        specs.push_back({"h0", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}});
+    std::vector<TensorSpec> specs = qkv_specs(c, c.H);
+    specs.push_back({"g", {c.B, c.T, c.H, c.K}, c.gate_dtype, true, Generator{"logsigmoid"}});
+    if (c.initial_state) specs.push_back(kv_state_spec(c, "h0", c.H));
     return specs;
 }
 
-std::vector<TensorSpec> cotangents(const Case& c) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
-    return {
-        {"d_o", {c.B, c.T, c.H, c.V}, c.output_dtype, true, Generator{}},
-        {"dht", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}},
-    };
-}
+std::vector<TensorSpec> cotangents(const Case& c) { return output_state_cotangents(c, c.H); }
 
 std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
-    using metrics::TensorKind;
-    if (!backward) return {{"o", TensorKind::output, 1}, {"ht", TensorKind::state, -1}};
-    std::vector<MeasuredSpec> out = {{"dq", TensorKind::gradient, 1},
-                                     {"dk", TensorKind::gradient, 1},
-                                     {"dv", TensorKind::gradient, 1},
-                                     {"dg", TensorKind::gate_grad, 1}};
-    if (c.initial_state) out.push_back({"dh0", TensorKind::gradient, -1});
+    if (!backward) return output_state_measured();
+    std::vector<MeasuredSpec> out = qkv_grads_measured({"dg"});
+    if (c.initial_state) out.push_back({"dh0", metrics::TensorKind::gradient, -1});
     return out;
 }
 
 std::vector<scenario::FamilyIssue> check(const Case& c) {
-    if (c.HV == 0 || c.HV == c.H) return {};
-    return {{"shape.HV",
-             "gla has one value head per query head: HV must equal H = " + std::to_string(c.H) +
-                 ", got " + std::to_string(c.HV),
-             "leave shape.HV out"}};
+    std::vector<scenario::FamilyIssue> issues;
+    check_one_value_head(issues, c);
+    return issues;
 }
 
 ref::GlaInputs reference_inputs(const Case& c, const TensorMap& in) {
@@ -80,45 +54,30 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     const ref::GlaOutputs fwd = ref::gla_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
-        const ref::GlaGrads grads = ref::gla_bwd(r, cot.at("d_o"), cot.at("dht"));
-        out["dq"] = grads.dq;
-        out["dk"] = grads.dk;
-        out["dv"] = grads.dv;
-        out["dg"] = grads.dg;
-        if (grads.dh0.defined()) out["dh0"] = grads.dh0;
+        const ref::GlaGrads g = ref::gla_bwd(r, cot.at("d_o"), cot.at("dht"));
+        add_defined(out, {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dg", g.dg}, {"dh0", g.dh0}});
     }
     return out;
 }
 
 // the runner hands CUDA tensors to the variants in cuda_variants: lav's CUDA kernels run them
-kernels::GlaFwd recurrent_fwd(const kernels::GlaArgs& a) {
+kernels::GlaFwd fwd(bool chunk, const kernels::GlaArgs& a) {
 #ifdef LAV_HAS_CUDA
-    if (a.q.is_cuda()) return kernels::gla_recurrent_fwd_cuda(a);
+    if (a.q.is_cuda())
+        return chunk ? kernels::gla_chunk_fwd_cuda(a) : kernels::gla_recurrent_fwd_cuda(a);
 #endif
-    return kernels::gla_recurrent_fwd_cpu(a);
+    return chunk ? kernels::gla_chunk_fwd_cpu(a) : kernels::gla_recurrent_fwd_cpu(a);
 }
 
-kernels::GlaGrads recurrent_bwd(const kernels::GlaArgs& a, const at::Tensor& d_o,
-                                const at::Tensor& dht) {
+kernels::GlaGrads bwd(bool chunk, const kernels::GlaArgs& a, const at::Tensor& d_o,
+                      const at::Tensor& dht) {
 #ifdef LAV_HAS_CUDA
-    if (a.q.is_cuda()) return kernels::gla_recurrent_bwd_cuda(a, d_o, dht);
+    if (a.q.is_cuda())
+        return chunk ? kernels::gla_chunk_bwd_cuda(a, d_o, dht)
+                     : kernels::gla_recurrent_bwd_cuda(a, d_o, dht);
 #endif
-    return kernels::gla_recurrent_bwd_cpu(a, d_o, dht);
-}
-
-kernels::GlaFwd chunk_fwd(const kernels::GlaArgs& a) {
-#ifdef LAV_HAS_CUDA
-    if (a.q.is_cuda()) return kernels::gla_chunk_fwd_cuda(a);
-#endif
-    return kernels::gla_chunk_fwd_cpu(a);
-}
-
-kernels::GlaGrads chunk_bwd(const kernels::GlaArgs& a, const at::Tensor& d_o,
-                            const at::Tensor& dht) {
-#ifdef LAV_HAS_CUDA
-    if (a.q.is_cuda()) return kernels::gla_chunk_bwd_cuda(a, d_o, dht);
-#endif
-    return kernels::gla_chunk_bwd_cpu(a, d_o, dht);
+    return chunk ? kernels::gla_chunk_bwd_cpu(a, d_o, dht)
+                 : kernels::gla_recurrent_bwd_cpu(a, d_o, dht);
 }
 
 kernels::GlaArgs kernel_args(const Case& c, const TensorMap& in) {
@@ -128,36 +87,26 @@ kernels::GlaArgs kernel_args(const Case& c, const TensorMap& in) {
     a.v = in.at("v");
     a.g = in.at("g");
     a.h0 = get_or_undefined(in, "h0");
-    if (!c.cu_seqlens.empty())
-        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
-    a.layout = c.layout;
     a.scale = scale_of(c);
-    a.state_dtype = to_scalar_type(c.state_dtype);
-    a.output_dtype = to_scalar_type(c.output_dtype);
-    a.chunk_size = c.chunk_size;
+    set_common_args(a, c);
     return a;
 }
 
 KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
                      const TensorMap& cot, bool backward) {
     const kernels::GlaArgs a = kernel_args(c, in);
-    const bool chunk = variant == "chunk";
-    LAV_ASSERT(chunk || variant == "recurrent", "unknown gla variant ", variant);
+    const bool chunk = is_chunk("gla", variant);
     KernelResult result;
     result.contract = kernels::gla_contract(variant, backward, a);
+    TensorMap raw;
     if (!backward) {
-        const kernels::GlaFwd f = chunk ? chunk_fwd(a) : recurrent_fwd(a);
-        result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
-        return result;
+        const kernels::GlaFwd f = fwd(chunk, a);
+        raw = {{"o", f.o}, {"ht", f.ht}};
+    } else {
+        const kernels::GlaGrads g = bwd(chunk, a, cot.at("d_o"), cot.at("dht"));
+        raw = {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dg", g.dg}, {"dh0", g.dh0}};
     }
-    const at::Tensor d_o = cot.at("d_o");
-    const at::Tensor dht = cot.at("dht");
-    const kernels::GlaGrads g = chunk ? chunk_bwd(a, d_o, dht) : recurrent_bwd(a, d_o, dht);
-    result.results = {{"dq", to_head_last(g.dq, c.layout)},
-                      {"dk", to_head_last(g.dk, c.layout)},
-                      {"dv", to_head_last(g.dv, c.layout)},
-                      {"dg", to_head_last(g.dg, c.layout)}};
-    if (g.dh0.defined()) result.results["dh0"] = g.dh0;
+    result.results = head_last_results(c, measured(c, backward), raw);
     return result;
 }
 

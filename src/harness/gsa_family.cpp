@@ -1,12 +1,8 @@
 // src/harness/gsa_family.cpp — gsa's tensors, slot option, reference and CPU backend behind Family.
 #include <ATen/ATen.h>
 
-#include <cmath>
-#include <string>
-
-#include "core/error.h"
-#include "core/layout.h"
 #include "core/varlen.h"
+#include "harness/family_support.h"
 #include "harness/registry.h"
 #include "kernels/gsa/gsa.h"
 #include "reference/gsa.h"
@@ -20,22 +16,14 @@ using scenario::Generator;
 // M, the number of memory slots: FLA's GSA tests use 32, 64 and 128; 64 is the layer default
 constexpr const char* kSlots = "slots";
 
-int64_t slots_of(const Case& c) { return std::stoll(c.options.at(kSlots)); }
-
-double scale_of(const Case& c) {
-    return c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.K));
-}
+int64_t slots_of(const Case& c) { return int_option(c, kSlots); }
 
 std::vector<TensorSpec> inputs(const Case& c) {
     const int64_t N = num_sequences(c.B, c.cu_seqlens);
     const int64_t M = slots_of(c);
-    std::vector<TensorSpec> specs = {
-        {"q", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"k", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"v", {c.B, c.T, c.H, c.V}, c.input_dtype, true, Generator{}},
-        {"s", {c.B, c.T, c.H, M}, c.input_dtype, true, Generator{}},
-        {"g", {c.B, c.T, c.H, M}, c.gate_dtype, true, Generator{"logsigmoid"}},
-    };
+    std::vector<TensorSpec> specs = qkv_specs(c, c.H);
+    specs.push_back({"s", {c.B, c.T, c.H, M}, c.input_dtype, true, Generator{}});
+    specs.push_back({"g", {c.B, c.T, c.H, M}, c.gate_dtype, true, Generator{"logsigmoid"}});
     if (c.initial_state) {
         specs.push_back({"hk0", {N, c.H, c.K, M}, c.state_dtype, false, Generator{}});
         specs.push_back({"hv0", {N, c.H, M, c.V}, c.state_dtype, false, Generator{}});
@@ -59,11 +47,9 @@ std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
         return {{"o", TensorKind::output, 1},
                 {"hkt", TensorKind::state, -1},
                 {"hvt", TensorKind::state, -1}};
-    std::vector<MeasuredSpec> out = {{"dq", TensorKind::gradient, 1},
-                                     {"dk", TensorKind::gradient, 1},
-                                     {"dv", TensorKind::gradient, 1},
-                                     {"ds", TensorKind::gradient, 1},
-                                     {"dg", TensorKind::gate_grad, 1}};
+    std::vector<MeasuredSpec> out = qkv_grads_measured();
+    out.push_back({"ds", TensorKind::gradient, 1});
+    out.push_back({"dg", TensorKind::gate_grad, 1});
     if (c.initial_state) {
         out.push_back({"dhk0", TensorKind::gradient, -1});
         out.push_back({"dhv0", TensorKind::gradient, -1});
@@ -72,11 +58,9 @@ std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
 }
 
 std::vector<scenario::FamilyIssue> check(const Case& c) {
-    if (c.HV == 0 || c.HV == c.H) return {};
-    return {{"shape.HV",
-             "gsa has one value head per query head: HV must equal H = " + std::to_string(c.H) +
-                 ", got " + std::to_string(c.HV),
-             "leave shape.HV out"}};
+    std::vector<scenario::FamilyIssue> issues;
+    check_one_value_head(issues, c);
+    return issues;
 }
 
 TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
@@ -93,14 +77,14 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     const ref::GsaOutputs fwd = ref::gsa_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"hkt", fwd.hkt}, {"hvt", fwd.hvt}};
     if (backward) {
-        const ref::GsaGrads grads = ref::gsa_bwd(r, cot.at("d_o"), cot.at("dhkt"), cot.at("dhvt"));
-        out["dq"] = grads.dq;
-        out["dk"] = grads.dk;
-        out["dv"] = grads.dv;
-        out["ds"] = grads.ds;
-        out["dg"] = grads.dg;
-        if (grads.dhk0.defined()) out["dhk0"] = grads.dhk0;
-        if (grads.dhv0.defined()) out["dhv0"] = grads.dhv0;
+        const ref::GsaGrads g = ref::gsa_bwd(r, cot.at("d_o"), cot.at("dhkt"), cot.at("dhvt"));
+        add_defined(out, {{"dq", g.dq},
+                          {"dk", g.dk},
+                          {"dv", g.dv},
+                          {"ds", g.ds},
+                          {"dg", g.dg},
+                          {"dhk0", g.dhk0},
+                          {"dhv0", g.dhv0}});
     }
     return out;
 }
@@ -115,36 +99,27 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.g = in.at("g");
     a.hk0 = get_or_undefined(in, "hk0");
     a.hv0 = get_or_undefined(in, "hv0");
-    if (!c.cu_seqlens.empty())
-        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
-    a.layout = c.layout;
     a.scale = scale_of(c);
-    a.state_dtype = to_scalar_type(c.state_dtype);
-    a.output_dtype = to_scalar_type(c.output_dtype);
-    a.chunk_size = c.chunk_size;
+    set_common_args(a, c);
 
-    const bool chunk = variant == "chunk";
-    LAV_ASSERT(chunk || variant == "recurrent", "unknown gsa variant ", variant);
+    const bool chunk = is_chunk("gsa", variant);
     KernelResult result;
     result.contract = kernels::gsa_contract(variant, backward, a);
+    TensorMap raw;
     if (!backward) {
         const kernels::GsaFwd f =
             chunk ? kernels::gsa_chunk_fwd_cpu(a) : kernels::gsa_recurrent_fwd_cpu(a);
-        result.results = {{"o", to_head_last(f.o, c.layout)}, {"hkt", f.hkt}, {"hvt", f.hvt}};
-        return result;
+        raw = {{"o", f.o}, {"hkt", f.hkt}, {"hvt", f.hvt}};
+    } else {
+        const at::Tensor d_o = cot.at("d_o");
+        const at::Tensor dhkt = cot.at("dhkt");
+        const at::Tensor dhvt = cot.at("dhvt");
+        const kernels::GsaGrads g = chunk ? kernels::gsa_chunk_bwd_cpu(a, d_o, dhkt, dhvt)
+                                          : kernels::gsa_recurrent_bwd_cpu(a, d_o, dhkt, dhvt);
+        raw = {{"dq", g.dq}, {"dk", g.dk},     {"dv", g.dv},    {"ds", g.ds},
+               {"dg", g.dg}, {"dhk0", g.dhk0}, {"dhv0", g.dhv0}};
     }
-    const at::Tensor d_o = cot.at("d_o");
-    const at::Tensor dhkt = cot.at("dhkt");
-    const at::Tensor dhvt = cot.at("dhvt");
-    const kernels::GsaGrads g = chunk ? kernels::gsa_chunk_bwd_cpu(a, d_o, dhkt, dhvt)
-                                      : kernels::gsa_recurrent_bwd_cpu(a, d_o, dhkt, dhvt);
-    result.results = {{"dq", to_head_last(g.dq, c.layout)},
-                      {"dk", to_head_last(g.dk, c.layout)},
-                      {"dv", to_head_last(g.dv, c.layout)},
-                      {"ds", to_head_last(g.ds, c.layout)},
-                      {"dg", to_head_last(g.dg, c.layout)}};
-    if (g.dhk0.defined()) result.results["dhk0"] = g.dhk0;
-    if (g.dhv0.defined()) result.results["dhv0"] = g.dhv0;
+    result.results = head_last_results(c, measured(c, backward), raw);
     return result;
 }
 

@@ -6,9 +6,8 @@
 
 #include <string>
 
-#include "core/error.h"
-#include "core/layout.h"
 #include "core/varlen.h"
+#include "harness/family_support.h"
 #include "harness/registry.h"
 #include "kernels/hgrn/hgrn.h"
 #include "reference/hgrn.h"
@@ -39,7 +38,7 @@ std::vector<TensorSpec> cotangents(const Case& c) {
 
 std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
     using metrics::TensorKind;
-    if (!backward) return {{"o", TensorKind::output, 1}, {"ht", TensorKind::state, -1}};
+    if (!backward) return output_state_measured();
     std::vector<MeasuredSpec> out = {{"dx", TensorKind::gradient, 1},
                                      {"dg", TensorKind::gate_grad, 1}};
     if (c.initial_state) out.push_back({"dh0", TensorKind::gradient, -1});
@@ -53,11 +52,7 @@ std::vector<scenario::FamilyIssue> check(const Case& c) {
                           "hgrn has one state per channel, so V must equal K = " +
                               std::to_string(c.K) + ", got " + std::to_string(c.V),
                           "set V = K; HGRN's width D is H·K"});
-    if (c.HV != 0 && c.HV != c.H)
-        issues.push_back({"shape.HV",
-                          "hgrn has no grouped value heads: HV must equal H = " +
-                              std::to_string(c.H) + ", got " + std::to_string(c.HV),
-                          "leave shape.HV out"});
+    check_one_value_head(issues, c);
     if (c.scale) issues.push_back({"scale", "hgrn has no scale: o_t = h_t", "leave 'scale' out"});
     return issues;
 }
@@ -71,43 +66,30 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     const ref::HgrnOutputs fwd = ref::hgrn_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
-        const ref::HgrnGrads grads = ref::hgrn_bwd(r, cot.at("d_o"), cot.at("dht"));
-        out["dx"] = grads.dx;
-        out["dg"] = grads.dg;
-        if (grads.dh0.defined()) out["dh0"] = grads.dh0;
+        const ref::HgrnGrads g = ref::hgrn_bwd(r, cot.at("d_o"), cot.at("dht"));
+        add_defined(out, {{"dx", g.dx}, {"dg", g.dg}, {"dh0", g.dh0}});
     }
     return out;
 }
 
 // the runner hands CUDA tensors to the variants in cuda_variants: lav's CUDA kernels run them
-kernels::HgrnFwd recurrent_fwd(const kernels::HgrnArgs& a) {
+kernels::HgrnFwd fwd(bool chunk, const kernels::HgrnArgs& a) {
 #ifdef LAV_HAS_CUDA
-    if (a.x.is_cuda()) return kernels::hgrn_recurrent_fwd_cuda(a);
+    if (a.x.is_cuda())
+        return chunk ? kernels::hgrn_chunk_fwd_cuda(a) : kernels::hgrn_recurrent_fwd_cuda(a);
 #endif
-    return kernels::hgrn_recurrent_fwd_cpu(a);
+    return chunk ? kernels::hgrn_chunk_fwd_cpu(a) : kernels::hgrn_recurrent_fwd_cpu(a);
 }
 
-kernels::HgrnGrads recurrent_bwd(const kernels::HgrnArgs& a, const at::Tensor& d_o,
-                                 const at::Tensor& dht) {
+kernels::HgrnGrads bwd(bool chunk, const kernels::HgrnArgs& a, const at::Tensor& d_o,
+                       const at::Tensor& dht) {
 #ifdef LAV_HAS_CUDA
-    if (a.x.is_cuda()) return kernels::hgrn_recurrent_bwd_cuda(a, d_o, dht);
+    if (a.x.is_cuda())
+        return chunk ? kernels::hgrn_chunk_bwd_cuda(a, d_o, dht)
+                     : kernels::hgrn_recurrent_bwd_cuda(a, d_o, dht);
 #endif
-    return kernels::hgrn_recurrent_bwd_cpu(a, d_o, dht);
-}
-
-kernels::HgrnFwd chunk_fwd(const kernels::HgrnArgs& a) {
-#ifdef LAV_HAS_CUDA
-    if (a.x.is_cuda()) return kernels::hgrn_chunk_fwd_cuda(a);
-#endif
-    return kernels::hgrn_chunk_fwd_cpu(a);
-}
-
-kernels::HgrnGrads chunk_bwd(const kernels::HgrnArgs& a, const at::Tensor& d_o,
-                             const at::Tensor& dht) {
-#ifdef LAV_HAS_CUDA
-    if (a.x.is_cuda()) return kernels::hgrn_chunk_bwd_cuda(a, d_o, dht);
-#endif
-    return kernels::hgrn_chunk_bwd_cpu(a, d_o, dht);
+    return chunk ? kernels::hgrn_chunk_bwd_cpu(a, d_o, dht)
+                 : kernels::hgrn_recurrent_bwd_cpu(a, d_o, dht);
 }
 
 KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
@@ -116,27 +98,20 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.x = in.at("x");
     a.g = in.at("g");
     a.h0 = get_or_undefined(in, "h0");
-    if (!c.cu_seqlens.empty())
-        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
-    a.layout = c.layout;
-    a.state_dtype = to_scalar_type(c.state_dtype);
-    a.output_dtype = to_scalar_type(c.output_dtype);
-    a.chunk_size = c.chunk_size;
+    set_common_args(a, c);
 
-    const bool chunk = variant == "chunk";
-    LAV_ASSERT(chunk || variant == "recurrent", "unknown hgrn variant ", variant);
+    const bool chunk = is_chunk("hgrn", variant);
     KernelResult result;
     result.contract = kernels::hgrn_contract(variant, backward, a);
+    TensorMap raw;
     if (!backward) {
-        const kernels::HgrnFwd f = chunk ? chunk_fwd(a) : recurrent_fwd(a);
-        result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
-        return result;
+        const kernels::HgrnFwd f = fwd(chunk, a);
+        raw = {{"o", f.o}, {"ht", f.ht}};
+    } else {
+        const kernels::HgrnGrads g = bwd(chunk, a, cot.at("d_o"), cot.at("dht"));
+        raw = {{"dx", g.dx}, {"dg", g.dg}, {"dh0", g.dh0}};
     }
-    const at::Tensor d_o = cot.at("d_o");
-    const at::Tensor dht = cot.at("dht");
-    const kernels::HgrnGrads g = chunk ? chunk_bwd(a, d_o, dht) : recurrent_bwd(a, d_o, dht);
-    result.results = {{"dx", to_head_last(g.dx, c.layout)}, {"dg", to_head_last(g.dg, c.layout)}};
-    if (g.dh0.defined()) result.results["dh0"] = g.dh0;
+    result.results = head_last_results(c, measured(c, backward), raw);
     return result;
 }
 

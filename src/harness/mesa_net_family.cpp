@@ -3,9 +3,8 @@
 
 #include <string>
 
-#include "core/error.h"
-#include "core/layout.h"
 #include "core/varlen.h"
+#include "harness/family_support.h"
 #include "harness/registry.h"
 #include "kernels/mesa_net/mesa_net.h"
 #include "reference/mesa_net.h"
@@ -17,7 +16,7 @@ using scenario::Case;
 using scenario::FamilyIssue;
 using scenario::Generator;
 
-bool l2norm_of(const Case& c) { return c.options.at("use_qk_l2norm_in_kernel") == "true"; }
+bool l2norm_of(const Case& c) { return flag(c, "use_qk_l2norm_in_kernel"); }
 
 /// Conjugate-gradient steps: "K" (the head dim, as FLA's tests run it) or a number.
 int64_t cg_iterations(const Case& c) {
@@ -30,21 +29,17 @@ int64_t cg_iterations(const Case& c) {
 // symmetric PSD with eigenvalue 1 like FLA's u uᵀ of a unit u; h_kv0 randn.
 std::vector<TensorSpec> inputs(const Case& c) {
     const int64_t N = num_sequences(c.B, c.cu_seqlens);
-    std::vector<TensorSpec> specs = {
-        {"q", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"k", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"v", {c.B, c.T, c.H, c.V}, c.input_dtype, true, Generator{}},
-        {"g", {c.B, c.T, c.H}, c.gate_dtype, true, Generator{"logsigmoid", 1.0, 10.0}},
-        {"beta", {c.B, c.T, c.H}, c.gate_dtype, true, Generator{"rand"}},
-        {"lamb", {c.H, c.K}, c.gate_dtype, false, Generator{"ones", 0.5}},
-    };
+    std::vector<TensorSpec> specs = qkv_specs(c, c.H);
+    specs.push_back({"g", {c.B, c.T, c.H}, c.gate_dtype, true, Generator{"logsigmoid", 1.0, 10.0}});
+    specs.push_back({"beta", {c.B, c.T, c.H}, c.gate_dtype, true, Generator{"rand"}});
+    specs.push_back({"lamb", {c.H, c.K}, c.gate_dtype, false, Generator{"ones", 0.5}});
     if (c.initial_state) {
         specs.push_back({"h_kk0",
                          {N, c.H, c.K, c.K},
                          c.state_dtype,
                          false,
                          Generator{"ones", 1.0 / static_cast<double>(c.K)}});
-        specs.push_back({"h_kv0", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}});
+        specs.push_back(kv_state_spec(c, "h_kv0", c.H));
     }
     return specs;
 }
@@ -54,7 +49,7 @@ std::vector<TensorSpec> cotangents(const Case& c) {
     return {
         {"d_o", {c.B, c.T, c.H, c.V}, c.output_dtype, true, Generator{}},
         {"dht_kk", {N, c.H, c.K, c.K}, c.state_dtype, false, Generator{}},
-        {"dht_kv", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}},
+        kv_state_spec(c, "dht_kv", c.H),
     };
 }
 
@@ -64,10 +59,8 @@ std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
         return {{"o", TensorKind::output, 1},
                 {"ht_kk", TensorKind::state, -1},
                 {"ht_kv", TensorKind::state, -1}};
-    std::vector<MeasuredSpec> out = {
-        {"dq", TensorKind::gradient, 1},     {"dk", TensorKind::gradient, 1},
-        {"dv", TensorKind::gradient, 1},     {"dg", TensorKind::gate_grad, 1},
-        {"dbeta", TensorKind::gate_grad, 1}, {"dlamb", TensorKind::gate_grad, -1}};
+    std::vector<MeasuredSpec> out = qkv_grads_measured({"dg", "dbeta"});
+    out.push_back({"dlamb", TensorKind::gate_grad, -1});
     if (c.initial_state) {
         out.push_back({"dh_kk0", TensorKind::gradient, -1});
         out.push_back({"dh_kv0", TensorKind::gradient, -1});
@@ -76,28 +69,24 @@ std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
 }
 
 /// The generator a case uses for `name`: its [inputs] entry or the family's default.
-Generator generator_of(const Case& c, const std::string& name) {
-    const auto it = c.generators.find(name);
-    if (it != c.generators.end()) return it->second;
+Generator family_generator(const Case& c, const std::string& name) {
     for (const TensorSpec& spec : inputs(c))
-        if (spec.name == name) return spec.generator;
-    return Generator{};
+        if (spec.name == name) return generator_of(c, name, spec.generator);
+    return generator_of(c, name);
 }
 
 std::vector<FamilyIssue> check(const Case& c) {
     std::vector<FamilyIssue> issues;
-    if (c.HV > 0 && c.HV != c.H)
-        issues.push_back(
-            {"shape.HV", "mesa_net has no grouped value heads", "leave shape.HV unset"});
+    check_one_value_head(issues, c);
     // the solve needs Hkk + diag(λ) symmetric positive definite: λ > 0 and h_kk0 symmetric PSD
-    const Generator lamb = generator_of(c, "lamb");
+    const Generator lamb = family_generator(c, "lamb");
     if (!((lamb.dist == "ones" || lamb.dist == "rand") && lamb.scale > 0.0))
         issues.push_back({"inputs.lamb",
                           "lamb drawn as '" + lamb.dist +
                               "' is not positive, and MesaNet's solve needs "
                               "Hkk + diag(lamb) positive definite",
                           "draw lamb as \"ones\" or \"rand\" with a positive scale"});
-    const Generator kk = generator_of(c, "h_kk0");
+    const Generator kk = family_generator(c, "h_kk0");
     if (c.initial_state && !(kk.dist == "zeros" || (kk.dist == "ones" && kk.scale >= 0.0)))
         issues.push_back(
             {"inputs.h_kk0",
@@ -124,14 +113,14 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     if (backward) {
         const ref::MesaNetGrads g =
             ref::mesa_net_bwd(r, cot.at("d_o"), cot.at("dht_kk"), cot.at("dht_kv"));
-        out["dq"] = g.dq;
-        out["dk"] = g.dk;
-        out["dv"] = g.dv;
-        out["dg"] = g.dg;
-        out["dbeta"] = g.dbeta;
-        out["dlamb"] = g.dlamb;
-        if (g.dh_kk0.defined()) out["dh_kk0"] = g.dh_kk0;
-        if (g.dh_kv0.defined()) out["dh_kv0"] = g.dh_kv0;
+        add_defined(out, {{"dq", g.dq},
+                          {"dk", g.dk},
+                          {"dv", g.dv},
+                          {"dg", g.dg},
+                          {"dbeta", g.dbeta},
+                          {"dlamb", g.dlamb},
+                          {"dh_kk0", g.dh_kk0},
+                          {"dh_kv0", g.dh_kv0}});
     }
     return out;
 }
@@ -147,36 +136,27 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.lamb = in.at("lamb");
     a.h_kk0 = get_or_undefined(in, "h_kk0");
     a.h_kv0 = get_or_undefined(in, "h_kv0");
-    if (!c.cu_seqlens.empty())
-        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
-    a.layout = c.layout;
     a.use_qk_l2norm_in_kernel = l2norm_of(c);
     a.max_cg_iterations = cg_iterations(c);
-    a.state_dtype = to_scalar_type(c.state_dtype);
-    a.output_dtype = to_scalar_type(c.output_dtype);
-    a.chunk_size = c.chunk_size;
+    set_common_args(a, c);
 
-    const bool chunk = variant == "chunk";
-    LAV_ASSERT(chunk || variant == "recurrent", "unknown mesa_net variant ", variant);
+    const bool chunk = is_chunk("mesa_net", variant);
     KernelResult result;
     result.contract = kernels::mesa_net_contract(variant, backward, a);
+    TensorMap raw;
     if (!backward) {
         const kernels::MesaNetFwd f =
             chunk ? kernels::mesa_net_chunk_fwd_cpu(a) : kernels::mesa_net_recurrent_fwd_cpu(a);
-        result.results = {
-            {"o", to_head_last(f.o, c.layout)}, {"ht_kk", f.ht_kk}, {"ht_kv", f.ht_kv}};
-        return result;
+        raw = {{"o", f.o}, {"ht_kk", f.ht_kk}, {"ht_kv", f.ht_kv}};
+    } else {
+        const at::Tensor d_o = cot.at("d_o");
+        const kernels::MesaNetGrads g =
+            chunk ? kernels::mesa_net_chunk_bwd_cpu(a, d_o, cot.at("dht_kk"), cot.at("dht_kv"))
+                  : kernels::mesa_net_recurrent_bwd_cpu(a, d_o, cot.at("dht_kk"), cot.at("dht_kv"));
+        raw = {{"dq", g.dq},       {"dk", g.dk},       {"dv", g.dv},         {"dg", g.dg},
+               {"dbeta", g.dbeta}, {"dlamb", g.dlamb}, {"dh_kk0", g.dh_kk0}, {"dh_kv0", g.dh_kv0}};
     }
-    const at::Tensor d_o = cot.at("d_o");
-    const kernels::MesaNetGrads g =
-        chunk ? kernels::mesa_net_chunk_bwd_cpu(a, d_o, cot.at("dht_kk"), cot.at("dht_kv"))
-              : kernels::mesa_net_recurrent_bwd_cpu(a, d_o, cot.at("dht_kk"), cot.at("dht_kv"));
-    result.results = {
-        {"dq", to_head_last(g.dq, c.layout)},       {"dk", to_head_last(g.dk, c.layout)},
-        {"dv", to_head_last(g.dv, c.layout)},       {"dg", to_head_last(g.dg, c.layout)},
-        {"dbeta", to_head_last(g.dbeta, c.layout)}, {"dlamb", g.dlamb}};
-    if (g.dh_kk0.defined()) result.results["dh_kk0"] = g.dh_kk0;
-    if (g.dh_kv0.defined()) result.results["dh_kv0"] = g.dh_kv0;
+    result.results = head_last_results(c, measured(c, backward), raw);
     return result;
 }
 

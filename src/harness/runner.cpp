@@ -179,8 +179,8 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     const auto stop = [&](const std::string& verdict, const std::string& message) {
         for (const auto& variant : c.variants)
             for (const auto& pass : passes_of(c)) {
-                CaseRecord r =
-                    blank_record(c, variant, backend_for(family, c, variant, options.backend), pass);
+                CaseRecord r = blank_record(c, variant,
+                                            backend_for(family, c, variant, options.backend), pass);
                 r.findings = audit.findings;
                 r.trace = audit.trace;
                 r.verdict = verdict;

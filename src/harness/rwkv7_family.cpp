@@ -3,11 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <string>
 
-#include "core/error.h"
-#include "core/layout.h"
-#include "core/varlen.h"
+#include "harness/family_support.h"
 #include "harness/registry.h"
 #include "kernels/rwkv7/rwkv7.h"
 #include "reference/rwkv7.h"
@@ -25,10 +22,9 @@ bool dplr(const Case& c) { return c.options.at(kForm) == "dplr"; }
 bool b_is_neg_a(const Case& c) { return c.options.at(kB) == "neg_a"; }
 
 // chunk_rwkv7's default scale is 1.0, not K^-0.5 (fla/ops/rwkv7/chunk.py)
-double scale_of(const Case& c) { return c.scale ? *c.scale : 1.0; }
+double rwkv7_scale(const Case& c) { return c.scale ? *c.scale : 1.0; }
 
 std::vector<TensorSpec> inputs(const Case& c) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
     const std::vector<int64_t> key = {c.B, c.T, c.H, c.K};
     // ‖a‖ ≈ 1: with b = −a the transition D − a aᵀ then has no eigenvalue above 1 in magnitude
     const Generator unit{"randn", 1.0 / std::sqrt(static_cast<double>(c.K))};
@@ -38,38 +34,27 @@ std::vector<TensorSpec> inputs(const Case& c) {
     specs.push_back({"v", {c.B, c.T, c.H, c.V}, c.input_dtype, true, Generator{}});
     specs.push_back({"a", key, c.input_dtype, true, unit});
     if (!b_is_neg_a(c)) specs.push_back({"b", key, c.input_dtype, true, unit});
-    if (c.initial_state)
-        specs.push_back({"h0", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}});
+    if (c.initial_state) specs.push_back(kv_state_spec(c, "h0", c.H));
     return specs;
 }
 
-std::vector<TensorSpec> cotangents(const Case& c) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
-    return {
-        {"d_o", {c.B, c.T, c.H, c.V}, c.output_dtype, true, Generator{}},
-        {"dht", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}},
-    };
-}
+std::vector<TensorSpec> cotangents(const Case& c) { return output_state_cotangents(c, c.H); }
 
 std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
     using metrics::TensorKind;
-    if (!backward) return {{"o", TensorKind::output, 1}, {"ht", TensorKind::state, -1}};
-    std::vector<MeasuredSpec> out = {{"dq", TensorKind::gradient, 1},
-                                     {"dk", TensorKind::gradient, 1},
-                                     {"dv", TensorKind::gradient, 1},
-                                     {"da", TensorKind::gradient, 1},
-                                     {"db", TensorKind::gradient, 1}};
+    if (!backward) return output_state_measured();
+    std::vector<MeasuredSpec> out = qkv_grads_measured();
+    out.push_back({"da", TensorKind::gradient, 1});
+    out.push_back({"db", TensorKind::gradient, 1});
     if (dplr(c)) out.push_back({"dw", TensorKind::gate_grad, 1});
     if (c.initial_state) out.push_back({"dh0", TensorKind::gradient, -1});
     return out;
 }
 
 std::vector<scenario::FamilyIssue> check(const Case& c) {
-    if (c.HV == 0 || c.HV == c.H) return {};
-    return {{"shape.HV",
-             "rwkv7 has one value head per query head: HV must equal H = " + std::to_string(c.H) +
-                 ", got " + std::to_string(c.HV),
-             "leave shape.HV out"}};
+    std::vector<scenario::FamilyIssue> issues;
+    check_one_value_head(issues, c);
+    return issues;
 }
 
 /// b as the kernel and the reference see it: the drawn input, or exactly −a.
@@ -87,18 +72,18 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     r.b = b_of(c, in);
     r.h0 = get_or_undefined(in, "h0");
     r.cu_seqlens = c.cu_seqlens;
-    r.scale = scale_of(c);
+    r.scale = rwkv7_scale(c);
     const ref::Rwkv7Outputs fwd = ref::rwkv7_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
         const ref::Rwkv7Grads g = ref::rwkv7_bwd(r, cot.at("d_o"), cot.at("dht"));
-        out["dq"] = g.dq;
-        out["dk"] = g.dk;
-        out["dv"] = g.dv;
-        out["da"] = g.da;
-        out["db"] = g.db;
-        if (g.dw.defined()) out["dw"] = g.dw;
-        if (g.dh0.defined()) out["dh0"] = g.dh0;
+        add_defined(out, {{"dq", g.dq},
+                          {"dk", g.dk},
+                          {"dv", g.dv},
+                          {"da", g.da},
+                          {"db", g.db},
+                          {"dw", g.dw},
+                          {"dh0", g.dh0}});
     }
     return out;
 }
@@ -114,35 +99,26 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     // negation is exact in every dtype, so a tied b costs no rounding
     a.b = b_of(c, in);
     a.h0 = get_or_undefined(in, "h0");
-    if (!c.cu_seqlens.empty())
-        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
-    a.layout = c.layout;
-    a.scale = scale_of(c);
-    a.state_dtype = to_scalar_type(c.state_dtype);
-    a.output_dtype = to_scalar_type(c.output_dtype);
-    a.chunk_size = c.chunk_size;
+    a.scale = rwkv7_scale(c);
+    set_common_args(a, c);
 
-    const bool chunk = variant == "chunk";
-    LAV_ASSERT(chunk || variant == "recurrent", "unknown rwkv7 variant ", variant);
+    const bool chunk = is_chunk("rwkv7", variant);
     KernelResult result;
     result.contract = kernels::rwkv7_contract(variant, backward, a);
+    TensorMap raw;
     if (!backward) {
         const kernels::Rwkv7Fwd f =
             chunk ? kernels::rwkv7_chunk_fwd_cpu(a) : kernels::rwkv7_recurrent_fwd_cpu(a);
-        result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
-        return result;
+        raw = {{"o", f.o}, {"ht", f.ht}};
+    } else {
+        const at::Tensor d_o = cot.at("d_o");
+        const at::Tensor dht = cot.at("dht");
+        const kernels::Rwkv7Grads g = chunk ? kernels::rwkv7_chunk_bwd_cpu(a, d_o, dht)
+                                            : kernels::rwkv7_recurrent_bwd_cpu(a, d_o, dht);
+        raw = {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv},  {"da", g.da},
+               {"db", g.db}, {"dw", g.dw}, {"dh0", g.dh0}};
     }
-    const at::Tensor d_o = cot.at("d_o");
-    const at::Tensor dht = cot.at("dht");
-    const kernels::Rwkv7Grads g = chunk ? kernels::rwkv7_chunk_bwd_cpu(a, d_o, dht)
-                                        : kernels::rwkv7_recurrent_bwd_cpu(a, d_o, dht);
-    result.results = {{"dq", to_head_last(g.dq, c.layout)},
-                      {"dk", to_head_last(g.dk, c.layout)},
-                      {"dv", to_head_last(g.dv, c.layout)},
-                      {"da", to_head_last(g.da, c.layout)},
-                      {"db", to_head_last(g.db, c.layout)}};
-    if (g.dw.defined()) result.results["dw"] = to_head_last(g.dw, c.layout);
-    if (g.dh0.defined()) result.results["dh0"] = g.dh0;
+    result.results = head_last_results(c, measured(c, backward), raw);
     return result;
 }
 

@@ -2,11 +2,7 @@
 // Family.
 #include <ATen/ATen.h>
 
-#include <cmath>
-
-#include "core/error.h"
-#include "core/layout.h"
-#include "core/varlen.h"
+#include "harness/family_support.h"
 #include "harness/registry.h"
 #ifdef LAV_HAS_CUDA
 #include "kernels/common/gated_linear_cuda.h"
@@ -22,42 +18,23 @@ using scenario::Generator;
 
 const std::string& gate_of(const Case& c) { return c.options.at("gate"); }
 
-double scale_of(const Case& c) {
-    return c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.K));
-}
-
 std::vector<TensorSpec> inputs(const Case& c) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
-    std::vector<TensorSpec> specs = {
-        {"q", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"k", {c.B, c.T, c.H, c.K}, c.input_dtype, true, Generator{}},
-        {"v", {c.B, c.T, c.H, c.V}, c.input_dtype, true, Generator{}},
-    };
+    std::vector<TensorSpec> specs = qkv_specs(c, c.H);
     if (gate_of(c) == "g")
         specs.push_back({"g", {c.B, c.T, c.H}, c.gate_dtype, true, Generator{"logsigmoid"}});
     if (gate_of(c) == "g_gamma")
         specs.push_back({"g_gamma", {c.H}, c.gate_dtype, false, Generator{"retention"}});
-    if (c.initial_state)
-        specs.push_back({"h0", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}});
+    if (c.initial_state) specs.push_back(kv_state_spec(c, "h0", c.H));
     return specs;
 }
 
-std::vector<TensorSpec> cotangents(const Case& c) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
-    return {
-        {"d_o", {c.B, c.T, c.H, c.V}, c.output_dtype, true, Generator{}},
-        {"dht", {N, c.H, c.K, c.V}, c.state_dtype, false, Generator{}},
-    };
-}
+std::vector<TensorSpec> cotangents(const Case& c) { return output_state_cotangents(c, c.H); }
 
 std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
-    using metrics::TensorKind;
-    if (!backward) return {{"o", TensorKind::output, 1}, {"ht", TensorKind::state, -1}};
-    std::vector<MeasuredSpec> out = {{"dq", TensorKind::gradient, 1},
-                                     {"dk", TensorKind::gradient, 1},
-                                     {"dv", TensorKind::gradient, 1}};
-    if (gate_of(c) == "g") out.push_back({"dg", TensorKind::gate_grad, 1});
-    if (c.initial_state) out.push_back({"dh0", TensorKind::gradient, -1});
+    if (!backward) return output_state_measured();
+    std::vector<MeasuredSpec> out = qkv_grads_measured();
+    if (gate_of(c) == "g") out.push_back({"dg", metrics::TensorKind::gate_grad, 1});
+    if (c.initial_state) out.push_back({"dh0", metrics::TensorKind::gradient, -1});
     return out;
 }
 
@@ -79,45 +56,31 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     const ref::SimpleGlaOutputs fwd = ref::simple_gla_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
-        const ref::SimpleGlaGrads grads = ref::simple_gla_bwd(r, cot.at("d_o"), cot.at("dht"));
-        out["dq"] = grads.dq;
-        out["dk"] = grads.dk;
-        out["dv"] = grads.dv;
-        if (grads.dg.defined()) out["dg"] = grads.dg;
-        if (grads.dh0.defined()) out["dh0"] = grads.dh0;
+        const ref::SimpleGlaGrads g = ref::simple_gla_bwd(r, cot.at("d_o"), cot.at("dht"));
+        add_defined(out, {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dg", g.dg}, {"dh0", g.dh0}});
     }
     return out;
 }
 
 // the runner hands CUDA tensors to the variants in cuda_variants: lav's CUDA kernels run them
-kernels::SimpleGlaFwd recurrent_fwd(const kernels::SimpleGlaArgs& a) {
+kernels::SimpleGlaFwd fwd(bool chunk, const kernels::SimpleGlaArgs& a) {
 #ifdef LAV_HAS_CUDA
-    if (a.q.is_cuda()) return kernels::simple_gla_recurrent_fwd_cuda(a);
+    if (a.q.is_cuda())
+        return chunk ? kernels::simple_gla_chunk_fwd_cuda(a)
+                     : kernels::simple_gla_recurrent_fwd_cuda(a);
 #endif
-    return kernels::simple_gla_recurrent_fwd_cpu(a);
+    return chunk ? kernels::simple_gla_chunk_fwd_cpu(a) : kernels::simple_gla_recurrent_fwd_cpu(a);
 }
 
-kernels::SimpleGlaGrads recurrent_bwd(const kernels::SimpleGlaArgs& a, const at::Tensor& d_o,
-                                      const at::Tensor& dht) {
+kernels::SimpleGlaGrads bwd(bool chunk, const kernels::SimpleGlaArgs& a, const at::Tensor& d_o,
+                            const at::Tensor& dht) {
 #ifdef LAV_HAS_CUDA
-    if (a.q.is_cuda()) return kernels::simple_gla_recurrent_bwd_cuda(a, d_o, dht);
+    if (a.q.is_cuda())
+        return chunk ? kernels::simple_gla_chunk_bwd_cuda(a, d_o, dht)
+                     : kernels::simple_gla_recurrent_bwd_cuda(a, d_o, dht);
 #endif
-    return kernels::simple_gla_recurrent_bwd_cpu(a, d_o, dht);
-}
-
-kernels::SimpleGlaFwd chunk_fwd(const kernels::SimpleGlaArgs& a) {
-#ifdef LAV_HAS_CUDA
-    if (a.q.is_cuda()) return kernels::simple_gla_chunk_fwd_cuda(a);
-#endif
-    return kernels::simple_gla_chunk_fwd_cpu(a);
-}
-
-kernels::SimpleGlaGrads chunk_bwd(const kernels::SimpleGlaArgs& a, const at::Tensor& d_o,
-                                  const at::Tensor& dht) {
-#ifdef LAV_HAS_CUDA
-    if (a.q.is_cuda()) return kernels::simple_gla_chunk_bwd_cuda(a, d_o, dht);
-#endif
-    return kernels::simple_gla_chunk_bwd_cpu(a, d_o, dht);
+    return chunk ? kernels::simple_gla_chunk_bwd_cpu(a, d_o, dht)
+                 : kernels::simple_gla_recurrent_bwd_cpu(a, d_o, dht);
 }
 
 kernels::SimpleGlaArgs kernel_args(const Case& c, const TensorMap& in) {
@@ -128,36 +91,26 @@ kernels::SimpleGlaArgs kernel_args(const Case& c, const TensorMap& in) {
     a.g = get_or_undefined(in, "g");
     a.g_gamma = get_or_undefined(in, "g_gamma");
     a.h0 = get_or_undefined(in, "h0");
-    if (!c.cu_seqlens.empty())
-        a.cu_seqlens = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
-    a.layout = c.layout;
     a.scale = scale_of(c);
-    a.state_dtype = to_scalar_type(c.state_dtype);
-    a.output_dtype = to_scalar_type(c.output_dtype);
-    a.chunk_size = c.chunk_size;
+    set_common_args(a, c);
     return a;
 }
 
 KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
                      const TensorMap& cot, bool backward) {
     const kernels::SimpleGlaArgs a = kernel_args(c, in);
-    const bool chunk = variant == "chunk";
-    LAV_ASSERT(chunk || variant == "recurrent", "unknown simple_gla variant ", variant);
+    const bool chunk = is_chunk("simple_gla", variant);
     KernelResult result;
     result.contract = kernels::simple_gla_contract(variant, backward, a);
+    TensorMap raw;
     if (!backward) {
-        const kernels::SimpleGlaFwd f = chunk ? chunk_fwd(a) : recurrent_fwd(a);
-        result.results = {{"o", to_head_last(f.o, c.layout)}, {"ht", f.ht}};
-        return result;
+        const kernels::SimpleGlaFwd f = fwd(chunk, a);
+        raw = {{"o", f.o}, {"ht", f.ht}};
+    } else {
+        const kernels::SimpleGlaGrads g = bwd(chunk, a, cot.at("d_o"), cot.at("dht"));
+        raw = {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dg", g.dg}, {"dh0", g.dh0}};
     }
-    const at::Tensor d_o = cot.at("d_o");
-    const at::Tensor dht = cot.at("dht");
-    const kernels::SimpleGlaGrads g = chunk ? chunk_bwd(a, d_o, dht) : recurrent_bwd(a, d_o, dht);
-    result.results = {{"dq", to_head_last(g.dq, c.layout)},
-                      {"dk", to_head_last(g.dk, c.layout)},
-                      {"dv", to_head_last(g.dv, c.layout)}};
-    if (g.dg.defined()) result.results["dg"] = to_head_last(g.dg, c.layout);
-    if (g.dh0.defined()) result.results["dh0"] = g.dh0;
+    result.results = head_last_results(c, measured(c, backward), raw);
     return result;
 }
 

@@ -1,15 +1,12 @@
 // tests/kernels/rebased_cpu_test.cpp — ReBased's CPU backend (parallel, chunk, recurrent) against
-// the fp64 reference, and its invariances: layouts, varlen, chunk sizes, contract dtypes.
+// the fp64 reference, and its invariances: layouts, varlen, chunk sizes, contract dtypes. The
+// test bodies are shared with based in common/feature_map_cpu_test.h.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <string>
-#include <tuple>
-#include <utility>
-#include <vector>
 
-#include "common/family_test.h"
-#include "core/error.h"
+#include "common/feature_map_cpu_test.h"
 #include "kernels/rebased/rebased.h"
 #include "reference/rebased.h"
 
@@ -17,50 +14,7 @@ namespace lav::kernels {
 namespace {
 
 using namespace lav::test;
-
-struct Case {
-    int64_t B = 2, T = 512, H = 2, K = 16, V = 64;
-    c10::ScalarType in = at::kBFloat16;
-    c10::ScalarType state = at::kFloat;
-    bool norm = true;
-    std::vector<int64_t> cu;
-    int64_t chunk = 64;
-};
-
-struct Data {
-    RebasedArgs args;
-    at::Tensor d_o;
-};
-
-Data make_data(const Case& s) {
-    Draw draw(42);
-    Data d;
-    d.args.q = draw.randn({s.B, s.T, s.H, s.K}, s.in);
-    d.args.k = draw.randn({s.B, s.T, s.H, s.K}, s.in);
-    d.args.v = draw.randn({s.B, s.T, s.H, s.V}, s.in);
-    d.args.cu_seqlens = cu_tensor(s.cu);
-    d.args.use_normalize = s.norm;
-    d.args.state_dtype = s.state;
-    d.args.chunk_size = s.chunk;
-    d.d_o = draw.randn({s.B, s.T, s.H, s.V}, s.in);
-    return d;
-}
-
-Results gold(const Data& d) {
-    ref::RebasedInputs r;
-    r.q = to_f64(d.args.q);
-    r.k = to_f64(d.args.k);
-    r.v = to_f64(d.args.v);
-    r.cu_seqlens = cu_vector(d.args.cu_seqlens);
-    r.use_normalize = d.args.use_normalize;
-    const ref::RebasedGrads g = ref::rebased_bwd(r, to_f64(d.d_o));
-    return {{"o", ref::rebased_fwd(r)}, {"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}};
-}
-
-Results run(const std::string& variant, const RebasedArgs& a, const at::Tensor& d_o) {
-    const RebasedGrads g = rebased_bwd_cpu(variant, a, d_o);
-    return {{"o", rebased_fwd_cpu(variant, a)}, {"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}};
-}
+using namespace lav::test::feature_map;
 
 // Bounds on rel_rmse at B=2 T=512 H=2 K=16 V=64, randn q, k, v (README.md has the measured
 // table; FLA has no rebased test, so no number of its own). f(x) = x² makes z_t tiny where the
@@ -72,128 +26,57 @@ constexpr Bounds kBf16Bounds = {5e-3, 5e-3, 1.2e-2, 1.2e-2, 1.2e-2};
 constexpr Bounds kFp16Bounds = {5e-3 / 4, 5e-3 / 4, 2.5e-3, 2.5e-3, 2.5e-3};
 constexpr Bounds kFp32Bounds = {1e-5, 1e-5, 1e-5, 1e-5, 1e-5};
 
-Bounds bounds(const std::string& variant, c10::ScalarType in, c10::ScalarType state) {
-    // a bf16 chunk state feeds every later chunk's output: the bf16 table
-    if (state != at::kFloat) return kBf16Bounds;
-    if (in == at::kFloat)
-        return variant == "recurrent" ? Bounds{1e-5, 1e-5, 1e-3, 1e-3, 1e-3} : kFp32Bounds;
-    return in == at::kHalf ? kFp16Bounds : kBf16Bounds;
-}
-
-const std::pair<Data, Results>& case_for(c10::ScalarType in, c10::ScalarType state) {
-    return memoize(std::make_pair(in, state), [&] {
-        Case s;
-        s.in = in;
-        s.state = state;
-        Data d = make_data(s);
-        Results g = gold(d);
-        return std::make_pair(std::move(d), std::move(g));
-    });
-}
+struct Rebased {
+    using Args = RebasedArgs;
+    using RefInputs = ref::RebasedInputs;
+    static void set_norm(Args& a, bool norm) { a.use_normalize = norm; }
+    static void copy_options(RefInputs& r, const Args& a) {
+        r.use_scale = a.use_scale;
+        r.use_normalize = a.use_normalize;
+    }
+    static at::Tensor ref_fwd(const RefInputs& r) { return ref::rebased_fwd(r); }
+    static ref::RebasedGrads ref_bwd(const RefInputs& r, const at::Tensor& d_o) {
+        return ref::rebased_bwd(r, d_o);
+    }
+    static at::Tensor fwd(const std::string& variant, const Args& a) {
+        return rebased_fwd_cpu(variant, a);
+    }
+    static RebasedGrads bwd(const std::string& variant, const Args& a, const at::Tensor& d_o) {
+        return rebased_bwd_cpu(variant, a, d_o);
+    }
+    static PrecisionContract contract(const std::string& variant, bool backward, const Args& a) {
+        return rebased_contract(variant, backward, a);
+    }
+    static Bounds bounds(const std::string& variant, c10::ScalarType in, c10::ScalarType state) {
+        // a bf16 chunk state feeds every later chunk's output: the bf16 table
+        if (state != at::kFloat) return kBf16Bounds;
+        if (in == at::kFloat)
+            return variant == "recurrent" ? Bounds{1e-5, 1e-5, 1e-3, 1e-3, 1e-3} : kFp32Bounds;
+        return in == at::kHalf ? kFp16Bounds : kBf16Bounds;
+    }
+};
 
 class RebasedCpuVsReference : public testing::TestWithParam<VariantDtypes> {};
 
-TEST_P(RebasedCpuVsReference, WithinBounds) {
-    const auto& [variant, in, state] = GetParam();
-    const auto& [data, ref] = case_for(in, state);
-    const auto [got, seconds] = timed([&] { return run(variant, data.args, data.d_o); });
-    const std::string what = variant + " in " + dtype_str(in) + " state " + dtype_str(state);
-    print_row(what, check_row(what, got, ref, by_group(bounds(variant, in, state))), seconds);
-}
+TEST_P(RebasedCpuVsReference, WithinBounds) { expect_within_bounds<Rebased>(GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(B2T512H2K16, RebasedCpuVsReference,
-                         testing::Combine(testing::Values("parallel", "chunk", "recurrent"),
-                                          testing::Values(at::kBFloat16, at::kHalf, at::kFloat),
-                                          testing::Values(at::kFloat, at::kBFloat16)),
-                         variant_dtype_name);
+INSTANTIATE_TEST_SUITE_P(B2T512H2K16, RebasedCpuVsReference, variant_grid(), variant_dtype_name);
 
-TEST(RebasedCpu, UnnormalisedMatchesReference) {
-    Case s;
-    s.T = 200;
-    s.in = at::kFloat;
-    s.norm = false;
-    const Data d = make_data(s);
-    const Results ref = gold(d);
-    for (const std::string variant : {"parallel", "chunk", "recurrent"})
-        print_row(variant + " no norm fp32", check_row(variant, run(variant, d.args, d.d_o), ref,
-                                                       by_group(bounds(variant, s.in, s.state))));
-}
-
-Case small_case() {
-    Case s;
-    s.T = 150;
-    s.K = 8;
-    s.V = 12;
-    s.chunk = 32;
-    return s;
-}
+TEST(RebasedCpu, UnnormalisedMatchesReference) { expect_unnormalised_matches_reference<Rebased>(); }
 
 TEST(RebasedCpu, HeadFirstMatchesHeadLastBitwise) {
-    const Data hl = make_data(small_case());
-    Data hf = hl;
-    hf.args.layout = Layout::head_first;
-    for (at::Tensor* t : {&hf.args.q, &hf.args.k, &hf.args.v, &hf.d_o}) *t = to_head_first(*t);
-    for (const std::string variant : {"parallel", "chunk", "recurrent"}) {
-        const Results b = run(variant, hf.args, hf.d_o);
-        EXPECT_EQ(b["o"].sizes(), hf.args.v.sizes()) << variant;
-        expect_head_first_equal(variant, run(variant, hl.args, hl.d_o), b, {"o", "dq", "dk", "dv"});
-    }
+    expect_head_first_matches_head_last<Rebased>();
 }
 
 TEST(RebasedCpu, VarlenMatchesSequencesRunAloneBitwise) {
-    Case s = small_case();
-    s.B = 1;
-    s.T = 300;
-    s.cu = {0, 0, 100, 164, 300};
-    const Data batch = make_data(s);
-    for (const std::string variant : {"parallel", "chunk", "recurrent"}) {
-        const Results all = run(variant, batch.args, batch.d_o);
-        expect_all_finite(variant, all);
-        const auto run_alone = [&](const Sequence& seq) {
-            RebasedArgs one = batch.args;
-            one.cu_seqlens = at::Tensor();
-            for (at::Tensor* t : {&one.q, &one.k, &one.v}) *t = seq_rows(*t, seq);
-            return run(variant, one, seq_rows(batch.d_o, seq));
-        };
-        expect_varlen_matches_alone(variant, s.cu, all, run_alone, {"o", "dq", "dk", "dv"}, {},
-                                    /*skip_empty=*/true);
-    }
+    expect_varlen_matches_sequences_alone<Rebased>();
 }
 
-TEST(RebasedCpu, ChunkSizesAgree) {
-    Case s = small_case();
-    s.in = at::kFloat;
-    const Data d = make_data(s);
-    const Results base = run("chunk", d.args, d.d_o);
-    const auto run_chunk = [&](int64_t c) {
-        RebasedArgs a = d.args;
-        a.chunk_size = c;
-        return run("chunk", a, d.d_o);
-    };
-    expect_chunk_sizes_agree(base, {16, 64}, run_chunk, run("recurrent", d.args, d.d_o),
-                             by_group(bounds("recurrent", s.in, s.state)));
-}
+TEST(RebasedCpu, ChunkSizesAgree) { expect_chunk_sizes_agree_fp32<Rebased>(); }
 
-TEST(RebasedCpu, ResultsHaveTheContractDtypes) {
-    Case s = small_case();
-    s.in = at::kHalf;
-    const Data d = make_data(s);
-    for (const std::string variant : {"parallel", "chunk", "recurrent"})
-        expect_contract_dtypes(variant, run(variant, d.args, d.d_o),
-                               rebased_contract(variant, false, d.args),
-                               rebased_contract(variant, true, d.args));
-}
+TEST(RebasedCpu, ResultsHaveTheContractDtypes) { expect_contract_dtypes_fp16<Rebased>(); }
 
-TEST(RebasedCpu, RejectsBadArguments) {
-    const Data d = make_data(small_case());
-    RebasedArgs a = d.args;
-    a.k = d.args.k.to(at::kFloat);
-    EXPECT_THROW(rebased_fwd_cpu("chunk", a), ShapeError);
-    EXPECT_THROW(rebased_fwd_cpu("fused", d.args), ShapeError);
-    a = d.args;
-    a.chunk_size = 48;
-    EXPECT_THROW(rebased_fwd_cpu("chunk", a), ShapeError);
-}
+TEST(RebasedCpu, RejectsBadArguments) { expect_rejects_bad_arguments<Rebased>(); }
 
 }  // namespace
 }  // namespace lav::kernels

@@ -1,161 +1,50 @@
 // tests/reference/based_ref_test.cpp — the fp64 Based reference (quadratic form) against its
-// feature-map recurrence and against autograd. Not a kernel test.
+// feature-map recurrence and against autograd. Not a kernel test. The test bodies are shared
+// with rebased in common/feature_map_ref_test.h.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
-#include <torch/csrc/autograd/autograd.h>
 
-#include <cmath>
-#include <string>
-#include <tuple>
-#include <vector>
-
-#include "common/family_test.h"
-#include "core/error.h"
-#include "core/varlen.h"
+#include "common/feature_map_ref_test.h"
 #include "reference/based.h"
 
 namespace lav::ref {
 namespace {
 
-using lav::test::record_error;
 using lav::test::rel_err;
+using namespace lav::test::feature_map;
 
-// NUMERICS.md rule 4. Measured (x86-64, LibTorch 2.11 CPU): the two forms agree to 6.5e-16, the
-// gradients to 6.9e-16 of autograd's.
-constexpr double kFormsRelTol = 1e-12;
-constexpr double kGradRelTol = 1e-10;
-
-struct Shape {
-    int64_t B, T, H, K, V;
-    std::vector<int64_t> cu_seqlens;
+struct Based {
+    using Inputs = BasedInputs;
+    static void set_norm(Inputs& in, bool on) { in.use_norm = on; }
+    static bool norm(const Inputs& in) { return in.use_norm; }
+    static double eps(const Inputs&) { return kBasedNormEps; }
+    static at::Tensor score(const at::Tensor& x) { return 1.0 + x + x * x / 2.0; }
+    static at::Tensor fwd(const Inputs& in) { return based_fwd(in); }
+    static at::Tensor fwd_recurrent(const Inputs& in) { return based_fwd_recurrent(in); }
+    static BasedGrads bwd(const Inputs& in, const at::Tensor& d_o) { return based_bwd(in, d_o); }
 };
 
-std::string shape_name(const Shape& s) {
-    std::string name = "B" + std::to_string(s.B) + "_T" + std::to_string(s.T) + "_H" +
-                       std::to_string(s.H) + "_K" + std::to_string(s.K) + "_V" +
-                       std::to_string(s.V);
-    return s.cu_seqlens.empty() ? name : name + "_varlen";
-}
-
-void PrintTo(const Shape& s, std::ostream* os) { *os << shape_name(s); }
-
-const at::TensorOptions kF64 = at::TensorOptions().dtype(at::kDouble);
-
-BasedInputs make_inputs(const Shape& s, bool use_norm, uint64_t seed) {
-    at::Generator gen = at::detail::createCPUGenerator(seed);
-    BasedInputs in;
-    in.q = at::randn({s.B, s.T, s.H, s.K}, gen, kF64);
-    in.k = at::randn({s.B, s.T, s.H, s.K}, gen, kF64);
-    in.v = at::randn({s.B, s.T, s.H, s.V}, gen, kF64);
-    in.cu_seqlens = s.cu_seqlens;
-    in.use_norm = use_norm;
-    return in;
-}
-
-using Case = std::tuple<Shape, bool>;
-
-std::string case_name(const testing::TestParamInfo<Case>& info) {
-    const auto& [shape, use_norm] = info.param;
-    return shape_name(shape) + (use_norm ? "_norm" : "_nonorm");
-}
-
-// T = 300 spans two query blocks of the quadratic form.
-const auto kShapes =
-    testing::Values(Shape{2, 64, 2, 16, 16, {}}, Shape{3, 1, 2, 4, 4, {}},
-                    Shape{1, 300, 2, 8, 24, {}}, Shape{1, 164, 2, 16, 24, {0, 0, 37, 100, 164}});
-
-class BasedRefForward : public testing::TestWithParam<Case> {};
+class BasedRefForward : public testing::TestWithParam<RefCase> {};
 
 TEST_P(BasedRefForward, QuadraticMatchesFeatureMapRecurrence) {
-    const auto& [shape, use_norm] = GetParam();
-    const BasedInputs in = make_inputs(shape, use_norm, 42);
-    const double err = rel_err(based_fwd(in), based_fwd_recurrent(in));
-    record_error("rel_err_o", err);
-    EXPECT_LE(err, kFormsRelTol);
+    expect_forms_agree<Based>(GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, BasedRefForward, testing::Combine(kShapes, testing::Bool()),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, BasedRefForward,
+                         testing::Combine(forward_shapes(), testing::Bool()), case_name);
 
-// The definition, written out for autograd: full L×L scores per sequence.
-at::Tensor autograd_form(const BasedInputs& in) {
-    const double scale = 1.0 / std::sqrt(static_cast<double>(in.q.size(3)));
-    std::vector<at::Tensor> pieces(in.q.size(0));
-    std::vector<std::vector<at::Tensor>> rows(in.q.size(0));
-    for (const Sequence& seq : sequences(in.q.size(0), in.q.size(1), in.cu_seqlens)) {
-        const auto part = [&](const at::Tensor& x) {
-            return x[seq.batch].narrow(0, seq.begin, seq.length()).transpose(0, 1);
-        };
-        const at::Tensor x = at::matmul(part(in.q), part(in.k).transpose(1, 2)) * scale;
-        const at::Tensor f = (1.0 + x + x * x / 2.0).tril();
-        at::Tensor o = at::matmul(f, part(in.v));
-        if (in.use_norm) o = o / (f.sum(2, true) + kBasedNormEps);
-        rows[seq.batch].push_back(o.transpose(0, 1));
-    }
-    for (size_t b = 0; b < rows.size(); ++b) pieces[b] = at::cat(rows[b], 0);
-    return at::stack(pieces);
-}
+class BasedRefBackward : public testing::TestWithParam<RefCase> {};
 
-class BasedRefBackward : public testing::TestWithParam<Case> {};
+TEST_P(BasedRefBackward, MatchesAutograd) { expect_grads_match_autograd_form<Based>(GetParam()); }
 
-TEST_P(BasedRefBackward, MatchesAutograd) {
-    const auto& [shape, use_norm] = GetParam();
-    const BasedInputs in = make_inputs(shape, use_norm, 7);
-    at::Generator gen = at::detail::createCPUGenerator(8);
-    const at::Tensor d_o = at::randn(in.v.sizes(), gen, kF64);
-    const BasedGrads grads = based_bwd(in, d_o);
-    BasedInputs leaf = in;
-    leaf.q = in.q.clone().set_requires_grad(true);
-    leaf.k = in.k.clone().set_requires_grad(true);
-    leaf.v = in.v.clone().set_requires_grad(true);
-    const auto expected =
-        torch::autograd::grad({(autograd_form(leaf) * d_o).sum()}, {leaf.q, leaf.k, leaf.v});
-    const std::vector<std::pair<const char*, at::Tensor>> got = {
-        {"dq", grads.dq}, {"dk", grads.dk}, {"dv", grads.dv}};
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double err = rel_err(got[i].second, expected[i]);
-        record_error(std::string("rel_err_") + got[i].first, err);
-        EXPECT_LE(err, kGradRelTol) << got[i].first;
-    }
-}
-
-// At T = 1 with the normaliser o = v·f/(f + eps) and dq, dk are O(eps): a relative check of
-// them measures only cancellation, so the shortest backward case has T = 2.
 INSTANTIATE_TEST_SUITE_P(Shapes, BasedRefBackward,
-                         testing::Combine(testing::Values(Shape{2, 64, 2, 16, 16, {}},
-                                                          Shape{3, 2, 2, 4, 4, {}},
-                                                          Shape{1, 300, 2, 8, 24, {}},
-                                                          Shape{1, 80, 2, 8, 6, {0, 0, 1, 37, 80}}),
-                                          testing::Bool()),
-                         case_name);
+                         testing::Combine(backward_shapes(), testing::Bool()), case_name);
 
-TEST(BasedRef, FirstPositionIsItsOwnValue) {
-    // with one key the normalised output is v_0 · f / (f + eps)
-    const BasedInputs in = make_inputs({1, 1, 2, 4, 3, {}}, true, 3);
-    const at::Tensor x = (in.q * in.k).sum(-1, true) * 0.5;
-    const at::Tensor f = 1.0 + x + x * x / 2.0;
-    EXPECT_LE(rel_err(based_fwd(in), in.v * f / (f + kBasedNormEps)), 1e-15);
-}
+TEST(BasedRef, FirstPositionIsItsOwnValue) { expect_first_position_is_its_own_value<Based>(); }
 
-TEST(BasedRef, VarlenSequencesDoNotLeak) {
-    const BasedInputs packed = make_inputs({1, 100, 2, 8, 6, {0, 37, 100}}, true, 9);
-    const at::Tensor all = based_fwd(packed);
-    BasedInputs alone = packed;
-    alone.cu_seqlens.clear();
-    for (at::Tensor* t : {&alone.q, &alone.k, &alone.v}) *t = t->narrow(1, 37, 63);
-    EXPECT_LE(rel_err(based_fwd(alone), all.narrow(1, 37, 63)), 1e-15);
-}
+TEST(BasedRef, VarlenSequencesDoNotLeak) { expect_varlen_sequences_do_not_leak<Based>(); }
 
-TEST(BasedRef, RejectsNonFp64AndBadShapes) {
-    BasedInputs in = make_inputs({1, 4, 2, 4, 3, {}}, true, 13);
-    BasedInputs f32 = in;
-    f32.v = in.v.to(at::kFloat);
-    EXPECT_THROW(based_fwd(f32), InternalError);
-    BasedInputs bad = in;
-    bad.k = in.k.narrow(3, 0, 3);
-    EXPECT_THROW(based_fwd(bad), ShapeError);
-}
+TEST(BasedRef, RejectsNonFp64AndBadShapes) { expect_rejects_non_fp64_and_bad_shapes<Based>(); }
 
 }  // namespace
 }  // namespace lav::ref
