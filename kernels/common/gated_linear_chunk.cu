@@ -16,6 +16,7 @@
 
 #include "common/cuda_tensor.cuh"
 #include "common/gated_linear_cuda.h"
+#include "common/gated_linear_tc.h"
 
 namespace lav::cuda {
 namespace {
@@ -523,12 +524,15 @@ void launch_chunks(void (*kernel)(Params...), size_t bytes, const GatedLinearPro
 }  // namespace
 
 int64_t gated_linear_chunk_workspace_floats(const GatedLinearProblem& p, bool backward) {
+    // the tensor-core forward keeps its states on chip
+    if (!backward && gated_linear_tc_fits(p)) return 0;
     return ((backward ? 2 : 1) * state_bytes(p) + 3) / 4;
 }
 
 void gated_linear_chunk_fwd(const GatedLinearProblem& p, float* workspace, cudaStream_t stream) {
     check_problem(p);
     if (p.seqs.n == 0 || p.heads == 0 || p.dv == 0) return;
+    if (gated_linear_tc_fits(p)) return gated_linear_tc_fwd(p, nullptr, stream);
     launch_states<false>(p, p.k, p.v, p.h0, p.ht, workspace, stream);
     launch_chunks(chunk_output, sizeof(OutputTiles), p, stream, "gated linear chunk o", p,
                   static_cast<const void*>(workspace));
@@ -541,7 +545,14 @@ void gated_linear_chunk_bwd(const GatedLinearProblem& p, const GatedLinearGrads&
     if (p.dv == 0) throw std::invalid_argument("gated linear chunk backward needs V >= 1");
     void* hs = d.workspace;
     void* dhs = reinterpret_cast<char*>(d.workspace) + state_bytes(p);
-    launch_states<false>(p, p.k, p.v, p.h0, nullptr, hs, stream);
+    if (gated_linear_tc_fits(p)) {
+        GatedLinearProblem states_only = p;
+        states_only.o.data = nullptr;
+        states_only.ht = nullptr;
+        gated_linear_tc_fwd(states_only, hs, stream);
+    } else {
+        launch_states<false>(p, p.k, p.v, p.h0, nullptr, hs, stream);
+    }
     launch_states<true>(p, p.q, d.d_o, d.dht, d.dh0, dhs, stream);
     launch_chunks(chunk_grads, sizeof(GradTiles), p, stream, "gated linear chunk grads", p, d,
                   static_cast<const void*>(hs), static_cast<const void*>(dhs));

@@ -1,0 +1,487 @@
+// kernels/common/gated_linear_tc.cu — the chunk forward of the gated linear recurrence on tensor
+// cores (mma.sync m16n8k16, fp16/bf16 operands, fp32 accumulation), for simple_gla and gla.
+//
+// One block per (sequence, head, value tile) walks the sequence's chunks in order and keeps
+// the fp32 state in registers, so the forward never writes chunk states to memory (FLA splits
+// this into chunk_fwd_h, which stores them, and chunk_fwd_o, which reads them back). Per chunk:
+// scores A = q kᵀ, o = q̃·h + A·v, h ← exp(Λ)·h + k̃ᵀ ṽ, all as mma tiles.
+//
+// The precision contract is the chunk variant's, item by item (simple_gla_cpu.cpp,
+// gla_cpu.cpp), so this kernel, the FMA kernels and the CPU backend agree up to fp32
+// summation order. Where the contract keeps an operand wider than the inputs, the operand is
+// split into two 16-bit halves (x = hi + lo, ~16 significant bits) and each half multiplied
+// exactly: the stored state when the state dtype is not the input dtype, and gla's factored
+// decayed q and k. A per-key gate makes A_ij = Σ_d q_id k_jd exp(G_id − G_jd), which is no
+// plain product; as in FLA's chunk_gla_fwd_intra, 16-row blocks below the diagonal factor it
+// about their first row n, (q ⊙ exp(G − G_n))·(k ⊙ exp(G_n − G))ᵀ, every exponent ≤ 0, and
+// the diagonal blocks are summed element by element.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "common/cuda_tensor.cuh"
+#include "common/gated_linear_tc.h"
+
+namespace lav::cuda {
+namespace {
+
+constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
+constexpr int kWarps = 4;  // warp w owns rows [16w, 16w + 16) of a chunk
+constexpr int kThreads = 32 * kWarps;
+
+/// The 16-bit element type T of the mma operands.
+template <typename T>
+struct Half16;
+
+template <>
+struct Half16<__nv_bfloat16> {
+    static constexpr DType dtype = DType::bf16;
+    static __device__ __forceinline__ __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
+    static __device__ __forceinline__ float to(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ uint32_t bits(__nv_bfloat16 x) {
+        return __bfloat16_as_ushort(x);
+    }
+    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
+                                               const uint32_t (&b)[2]) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+
+template <>
+struct Half16<__half> {
+    static constexpr DType dtype = DType::f16;
+    static __device__ __forceinline__ __half from(float x) { return __float2half_rn(x); }
+    static __device__ __forceinline__ float to(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ uint32_t bits(__half x) { return __half_as_ushort(x); }
+    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
+                                               const uint32_t (&b)[2]) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+
+/// Shared memory of one block. Operands are stored with the contraction axis contiguous, so
+/// that every fragment element pair is one 32-bit load; pitches of 8 extra elements put the
+/// eight rows a fragment reads in distinct banks.
+template <typename T, int KT, int BV>
+struct Tiles {
+    static constexpr int PK = KT + 8, PR = kRows + 8;
+    T q[kRows][PK], k[kRows][PK];
+    T kd[KT][PR];                  // keys as the state update takes them, [key][row]
+    T v[BV][PR], vd[BV][PR];       // values and decayed values, [column][row]
+    T a[kRows][PR];                // masked decayed scores rounded to T
+    T s_hi[BV][PK], s_lo[BV][PK];  // stored state entering the chunk, [column][key], split
+    float g[kRows][KT + 4];        // per-key gate cumsum G
+    float grow[kRows];             // per-row gate cumsum G
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t word(const T* x) {
+    return *reinterpret_cast<const uint32_t*>(x);
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pair(float lo, float hi) {
+    return Half16<T>::bits(Half16<T>::from(lo)) | Half16<T>::bits(Half16<T>::from(hi)) << 16;
+}
+
+/// The A fragment (rows r0 + [0, 16), contraction c0 + [0, 16)) of a row-major tile.
+template <typename T, int P>
+__device__ __forceinline__ void fragment_a(uint32_t (&a)[4], const T (*x)[P], int r0, int c0) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    a[0] = word(&x[r0 + g][c0 + 2 * t]);
+    a[1] = word(&x[r0 + g + 8][c0 + 2 * t]);
+    a[2] = word(&x[r0 + g][c0 + 2 * t + 8]);
+    a[3] = word(&x[r0 + g + 8][c0 + 2 * t + 8]);
+}
+
+/// The B fragment (columns n0 + [0, 8), contraction c0 + [0, 16)) of a tile stored
+/// [column][contraction].
+template <typename T, int P>
+__device__ __forceinline__ void fragment_b(uint32_t (&b)[2], const T (*y)[P], int n0, int c0) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    b[0] = word(&y[n0 + g][c0 + 2 * t]);
+    b[1] = word(&y[n0 + g][c0 + 2 * t + 8]);
+}
+
+/// Rows [0, kRows) × columns [0, W) of x in chunk (s, c0, len), head h, into dst[row][col]
+/// (Transposed: dst[col][row]); zeros past the chunk's end or x's width. Eight elements per
+/// load when `vec` says every row starts 16-byte aligned.
+template <typename T, int W, bool Transposed, int P>
+__device__ void load_rows(T (*dst)[P], const Strided& x, const Span& s, int64_t c0, int len, int h,
+                          int col0, int width, bool vec) {
+    const T* base = static_cast<const T*>(x.data);
+    const T zero = Half16<T>::from(0.f);
+    if (vec) {
+        for (int e = threadIdx.x; e < kRows * W / 8; e += kThreads) {
+            const int r = e / (W / 8), c = e % (W / 8) * 8;
+            T part[8];
+            if (r < len && col0 + c < width) {
+                *reinterpret_cast<uint4*>(part) =
+                    *reinterpret_cast<const uint4*>(base + at(x, s, c0 + r, h) + col0 + c);
+            } else {
+                for (int u = 0; u < 8; ++u) part[u] = zero;
+            }
+            for (int u = 0; u < 8; ++u) (Transposed ? dst[c + u][r] : dst[r][c + u]) = part[u];
+        }
+        return;
+    }
+    for (int e = threadIdx.x; e < kRows * W; e += kThreads) {
+        const int r = e / W, c = e % W;
+        const T value = r < len && col0 + c < width ? base[at(x, s, c0 + r, h) + col0 + c] : zero;
+        (Transposed ? dst[c][r] : dst[r][c]) = value;
+    }
+}
+
+template <typename T, int KT, int BV, bool PerKey>
+__global__ void __launch_bounds__(kThreads, 1)
+    chunk_forward(GatedLinearProblem p, void* states, bool vec) {
+    using H = Half16<T>;
+    using Tile = Tiles<T, KT, BV>;
+    constexpr int MT = KT / 16 / kWarps;  // 16-key row tiles of the state per warp
+    constexpr int NT = BV / 8;            // 8-column tiles of a value tile
+    extern __shared__ float4 smem[];
+    Tile& t = *reinterpret_cast<Tile*>(smem);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g8 = lane / 4, t4 = lane % 4;
+    const int n = blockIdx.x / p.heads, h = blockIdx.x % p.heads, v0 = blockIdx.y * BV;
+    const Span s = span(p.seqs, n);
+    const int64_t first = first_slot(p.seqs, p.chunk, n, s);
+    const int64_t own = (int64_t(n) * p.heads + h) * p.dk * p.dv;
+    const bool split = p.state != H::dtype;
+    const bool outputs = p.o.data != nullptr;
+    const int r0 = 16 * warp;
+
+    // S[m][c][e]: key warp·KT/4 + 16m + g8 (+8 for e ≥ 2), column 8c + 2·t4 (+1 for odd e)
+    const auto key_of = [&](int m, int e) {
+        return warp * (KT / kWarps) + 16 * m + g8 + (e & 2) * 4;
+    };
+    const auto col_of = [&](int c, int e) { return 8 * c + 2 * t4 + (e & 1); };
+    float S[MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int c = 0; c < NT; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = key_of(m, e), col = v0 + col_of(c, e);
+                S[m][c][e] = p.h0 != nullptr && key < p.dk && col < p.dv
+                                 ? load(p.h0, p.state, own + int64_t(key) * p.dv + col)
+                                 : 0.f;
+            }
+
+    const int64_t chunks = (s.len + p.chunk - 1) / p.chunk;
+    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+        const int64_t c0 = chunk * p.chunk;
+        const int len = int(s.len - c0 < p.chunk ? s.len - c0 : p.chunk);
+        __syncthreads();  // the previous chunk's tiles are read
+
+        // the state entering the chunk, as stored: to `states`, and split for q·h
+        const int64_t slot = (first + chunk) * p.heads + h;
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int c = 0; c < NT; ++c)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = key_of(m, e), col = col_of(c, e);
+                    if (states != nullptr && key < p.dk && v0 + col < p.dv)
+                        store(states, p.state, (slot * p.dk + key) * p.dv + v0 + col, S[m][c][e]);
+                    if (!outputs) continue;
+                    const float stored = rounded(S[m][c][e], p.state);
+                    const T hi = H::from(stored);
+                    t.s_hi[col][key] = hi;
+                    t.s_lo[col][key] = H::from(split ? stored - H::to(hi) : 0.f);
+                }
+        if (outputs) load_rows<T, KT, false>(t.q, p.q, s, c0, len, h, 0, p.dk, vec);
+        load_rows<T, KT, false>(t.k, p.k, s, c0, len, h, 0, p.dk, vec);
+        load_rows<T, BV, true>(t.v, p.v, s, c0, len, h, v0, p.dv, vec);
+        // gate cumsums in fp32, in step order as the CPU backend sums them, continued past
+        // the chunk's end as if g were 0 there
+        if (PerKey && threadIdx.x < KT) {
+            const int d = threadIdx.x;
+            float acc = 0.f;
+#pragma unroll 8
+            for (int i = 0; i < kRows; ++i) {
+                if (i < len && d < p.dk)
+                    acc += load(p.g.data, p.g.dtype, at(p.g, s, c0 + i, h) + d);
+                t.g[i][d] = acc;
+            }
+        }
+        if (!PerKey && threadIdx.x == 0) {
+            float acc = 0.f;
+#pragma unroll 8
+            for (int i = 0; i < kRows; ++i) {
+                if (i < len && p.gate == Gate::per_head)
+                    acc += load(p.g.data, p.g.dtype, at(p.g, s, c0 + i, h));
+                if (i < len && p.gate == Gate::constant) acc = p.g_gamma[h] * float(i + 1);
+                t.grow[i] = acc;
+            }
+        }
+        __syncthreads();
+
+        // the state update's operands: k ⊙ exp(Λ − G) rounded (per-key gate) or
+        // v ⊙ exp(Λ − G) rounded (per-row gate), as FLA's chunk_fwd_h rounds them
+        for (int e = threadIdx.x; e < KT * kRows; e += kThreads) {
+            const int d = e / kRows, r = e % kRows;
+            t.kd[d][r] = PerKey ? H::from(H::to(t.k[r][d]) * __expf(t.g[kRows - 1][d] - t.g[r][d]))
+                                : t.k[r][d];
+        }
+        if (!PerKey)
+            for (int e = threadIdx.x; e < BV * kRows; e += kThreads) {
+                const int c = e / kRows, r = e % kRows;
+                t.vd[c][r] =
+                    p.gate == Gate::none
+                        ? t.v[c][r]
+                        : H::from(H::to(t.v[c][r]) * __expf(t.grow[kRows - 1] - t.grow[r]));
+            }
+        __syncthreads();
+
+        if (outputs) {
+            // scores of the warp's rows i ∈ [r0, r0 + 16) against j < r0 + 16
+            float acc[2 * kWarps][4] = {};
+            if (!PerKey) {
+                for (int kk = 0; kk < KT; kk += 16) {
+                    uint32_t a[4];
+                    fragment_a(a, t.q, r0, kk);
+#pragma unroll
+                    for (int c = 0; c < 2 * kWarps; ++c) {
+                        if (c > 2 * warp + 1) break;
+                        uint32_t b[2];
+                        fragment_b(b, t.k, 8 * c, kk);
+                        H::mma(acc[c], a, b);
+                    }
+                }
+#pragma unroll
+                for (int c = 0; c < 2 * kWarps; ++c) {
+                    if (c > 2 * warp + 1) break;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = r0 + g8 + (e & 2) * 4, j = col_of(c, e);
+                        // mask before exp: above the diagonal G_i − G_j > 0 can overflow
+                        const float x =
+                            j <= i && i < len ? acc[c][e] * __expf(t.grow[i] - t.grow[j]) : 0.f;
+                        t.a[i][j] = H::from(x);
+                    }
+                }
+            } else {
+                // blocks below the diagonal, factored about row r0; both halves of each factor
+                for (int kk = 0; kk < KT && warp > 0; kk += 16) {
+                    uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                        const int i = r0 + g8 + (u & 1) * 8, d = kk + 2 * t4 + (u & 2) * 4;
+                        const float x0 = H::to(t.q[i][d]) * __expf(t.g[i][d] - t.g[r0][d]);
+                        const float x1 =
+                            H::to(t.q[i][d + 1]) * __expf(t.g[i][d + 1] - t.g[r0][d + 1]);
+                        a_hi[u] = pair<T>(x0, x1);
+                        a_lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
+                    }
+#pragma unroll
+                    for (int c = 0; c < 2 * kWarps; ++c) {
+                        if (c >= 2 * warp) break;
+                        uint32_t b_hi[2], b_lo[2];
+#pragma unroll
+                        for (int u = 0; u < 2; ++u) {
+                            const int j = 8 * c + g8, d = kk + 2 * t4 + 8 * u;
+                            const float y0 = H::to(t.k[j][d]) * __expf(t.g[r0][d] - t.g[j][d]);
+                            const float y1 =
+                                H::to(t.k[j][d + 1]) * __expf(t.g[r0][d + 1] - t.g[j][d + 1]);
+                            b_hi[u] = pair<T>(y0, y1);
+                            b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
+                        }
+                        H::mma(acc[c], a_hi, b_hi);
+                        H::mma(acc[c], a_hi, b_lo);
+                        H::mma(acc[c], a_lo, b_hi);
+                    }
+                }
+#pragma unroll
+                for (int c = 0; c < 2 * kWarps; ++c) {
+                    if (c >= 2 * warp) break;
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = r0 + g8 + (e & 2) * 4, j = col_of(c, e);
+                        t.a[i][j] = H::from(i < len ? acc[c][e] : 0.f);
+                    }
+                }
+                // the diagonal block, element by element: lane owns row r0 + lane % 16 and
+                // the eight columns r0 + 8·(lane / 16) + [0, 8)
+                const int i = r0 + lane % 16, j0 = r0 + 8 * (lane / 16);
+                float sum[8] = {};
+                for (int d = 0; d < p.dk; ++d) {
+                    const float qi = H::to(t.q[i][d]), gi = t.g[i][d];
+#pragma unroll
+                    for (int u = 0; u < 8; ++u)
+                        if (j0 + u <= i)
+                            sum[u] += qi * H::to(t.k[j0 + u][d]) * __expf(gi - t.g[j0 + u][d]);
+                }
+#pragma unroll
+                for (int u = 0; u < 8; ++u)
+                    t.a[i][j0 + u] = H::from(j0 + u <= i && i < len ? sum[u] : 0.f);
+            }
+            __syncwarp();
+
+            // o = scale · (q̃·h + A·v) for the warp's rows
+            float o[NT][4] = {};
+            for (int kk = 0; kk < KT; kk += 16) {
+                uint32_t a[4];
+                if (PerKey) {
+                    // q̃ = q ⊙ exp(G) rounded to the input dtype, as FLA's chunk_gla_fwd_o
+#pragma unroll
+                    for (int u = 0; u < 4; ++u) {
+                        const int i = r0 + g8 + (u & 1) * 8, d = kk + 2 * t4 + (u & 2) * 4;
+                        a[u] = pair<T>(H::to(t.q[i][d]) * __expf(t.g[i][d]),
+                                       H::to(t.q[i][d + 1]) * __expf(t.g[i][d + 1]));
+                    }
+                } else {
+                    fragment_a(a, t.q, r0, kk);
+                }
+#pragma unroll
+                for (int c = 0; c < NT; ++c) {
+                    uint32_t b[2];
+                    fragment_b(b, t.s_hi, 8 * c, kk);
+                    H::mma(o[c], a, b);
+                    if (!split) continue;
+                    fragment_b(b, t.s_lo, 8 * c, kk);
+                    H::mma(o[c], a, b);
+                }
+            }
+            if (!PerKey)
+#pragma unroll
+                for (int c = 0; c < NT; ++c)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) o[c][e] *= __expf(t.grow[r0 + g8 + (e & 2) * 4]);
+            for (int kk = 0; kk <= r0; kk += 16) {
+                uint32_t a[4];
+                fragment_a(a, t.a, r0, kk);
+#pragma unroll
+                for (int c = 0; c < NT; ++c) {
+                    uint32_t b[2];
+                    fragment_b(b, t.v, 8 * c, kk);
+                    H::mma(o[c], a, b);
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < NT; ++c)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = r0 + g8 + (e & 2) * 4, col = v0 + col_of(c, e);
+                    if (i < len && col < p.dv)
+                        store(p.o.data, p.o.dtype, at(p.o, s, c0 + i, h) + col, o[c][e] * p.scale);
+                }
+        }
+
+        // h ← exp(Λ)·h + k̃ᵀ ṽ, the carried state staying fp32
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int c = 0; c < NT; ++c)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    S[m][c][e] *=
+                        PerKey ? __expf(t.g[kRows - 1][key_of(m, e)]) : __expf(t.grow[kRows - 1]);
+#pragma unroll
+        for (int kk = 0; kk < kRows; kk += 16)
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                uint32_t a[4];
+                fragment_a(a, t.kd, warp * (KT / kWarps) + 16 * m, kk);
+#pragma unroll
+                for (int c = 0; c < NT; ++c) {
+                    uint32_t b[2];
+                    fragment_b(b, PerKey ? t.v : t.vd, 8 * c, kk);
+                    H::mma(S[m][c], a, b);
+                }
+            }
+    }
+    if (p.ht == nullptr) return;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int c = 0; c < NT; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = key_of(m, e), col = v0 + col_of(c, e);
+                if (key < p.dk && col < p.dv)
+                    store(p.ht, p.state, own + int64_t(key) * p.dv + col, S[m][c][e]);
+            }
+}
+
+void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess)
+        throw std::runtime_error(std::string("CUDA error in ") + what + ": " +
+                                 cudaGetErrorString(e));
+}
+
+/// Whether every row of x starts 16-byte aligned, for 8-element loads.
+bool rows_aligned(const Strided& x, int width) {
+    return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.sb % 8 == 0 && x.st % 8 == 0 &&
+           x.sh % 8 == 0 && width % 8 == 0;
+}
+
+template <typename T, int KT, int BV, bool PerKey>
+void launch(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
+    const auto kernel = chunk_forward<T, KT, BV, PerKey>;
+    const int bytes = int(sizeof(Tiles<T, KT, BV>));
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+          "gated linear tensor-core forward");
+    const bool vec = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk) && rows_aligned(p.v, p.dv);
+    const dim3 grid(unsigned(p.seqs.n * p.heads), unsigned((p.dv + BV - 1) / BV));
+    kernel<<<grid, kThreads, bytes, stream>>>(p, states, vec);
+    check(cudaGetLastError(), "gated linear tensor-core forward");
+}
+
+template <typename T, int KT>
+void launch_keys(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
+    // narrower value tiles when wide ones would leave streaming multiprocessors idle
+    int device = 0, sms = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+          "cudaDeviceGetAttribute");
+    const bool narrow = p.seqs.n * p.heads * ((p.dv + 63) / 64) < sms;
+    const bool per_key = p.gate == Gate::per_key;
+    if (narrow)
+        per_key ? launch<T, KT, 32, true>(p, states, stream)
+                : launch<T, KT, 32, false>(p, states, stream);
+    else
+        per_key ? launch<T, KT, 64, true>(p, states, stream)
+                : launch<T, KT, 64, false>(p, states, stream);
+}
+
+template <typename T>
+void launch_type(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
+    if (p.dk <= 64)
+        launch_keys<T, 64>(p, states, stream);
+    else
+        launch_keys<T, 128>(p, states, stream);
+}
+
+}  // namespace
+
+bool gated_linear_tc_fits(const GatedLinearProblem& p) {
+    const DType in = p.q.dtype;
+    return (in == DType::bf16 || in == DType::f16) && p.k.dtype == in && p.v.dtype == in &&
+           p.dk <= kMaxTensorCoreKeys && p.chunk <= kRows;
+}
+
+void gated_linear_tc_fwd(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
+    if (!gated_linear_tc_fits(p))
+        throw std::invalid_argument("gated linear tensor-core forward: inputs do not fit");
+    if (p.seqs.n == 0 || p.heads == 0 || p.dv == 0) return;
+    if (p.q.dtype == DType::bf16)
+        launch_type<__nv_bfloat16>(p, states, stream);
+    else
+        launch_type<__half>(p, states, stream);
+}
+
+}  // namespace lav::cuda
