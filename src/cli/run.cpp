@@ -2,6 +2,7 @@
 // summary.
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -218,7 +219,10 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     // a passing case can still carry what the tracer found in its prologue
     std::string last_scenario_case;
     for (const auto& r : rep.cases) {
-        if (r.verdict != "pass" || r.findings.empty() || r.trace.empty()) continue;
+        const bool traced =
+            std::any_of(r.trace.begin(), r.trace.end(),
+                        [](const report::TraceRow& t) { return t.source == "traced"; });
+        if (r.verdict != "pass" || r.findings.empty() || !traced) continue;
         const std::string case_id = case_of(r.id);
         if (case_id == last_scenario_case) continue;
         last_scenario_case = case_id;

@@ -128,7 +128,7 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
     for (const auto& f : trace::find_demotions(trace)) audit.findings.push_back(to_report(f));
     for (const auto& row : trace::trace_table(trace))
         audit.trace.push_back(
-            {row.seq, row.op, row.depth, row.autocast != 0, row.inputs, row.outputs});
+            {row.seq, row.op, row.depth, row.autocast != 0, row.inputs, row.outputs, "traced", ""});
 
     if (declared_offsets.defined())
         check_cu_seqlens(c, declared_offsets, produced.at("cu_seqlens"), trace, audit);

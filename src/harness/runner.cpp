@@ -150,6 +150,22 @@ report::Intermediates chunk_intermediates(const Case& c, const Family& family,
     return d;
 }
 
+// The rows of a case's trace that the kernel of record `r` declares: one per item of its
+// precision contract (none when the kernel did not run), the stored dtype as its output.
+std::vector<report::TraceRow> declared_rows(const CaseRecord& r) {
+    const std::string kernel = r.family + "/" + r.variant + "/" + r.backend + "/" + r.pass;
+    std::vector<report::TraceRow> rows;
+    for (const ContractItem& item : r.contract.items) {
+        report::TraceRow& row = rows.emplace_back();
+        row.seq = -1;
+        row.op = item.item;
+        row.outputs = dtype_name(item.dtype);
+        row.source = "declared";
+        row.kernel = kernel;
+    }
+    return rows;
+}
+
 }  // namespace
 
 std::string record_id(const Case& c, const std::string& variant, const std::string& backend,
@@ -221,6 +237,8 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
         if (!dumps.empty()) options.on_intermediates(dumps);
     }
 
+    // the records wait for the case's last kernel: each carries what every kernel declares
+    std::vector<CaseRecord> records;
     for (const auto& variant : c.variants) {
         const std::string backend = backend_for(family, c, variant, options.backend);
         const bool cuda = backend == "cuda";
@@ -264,8 +282,17 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 r.verdict = "error";
                 r.message = e.what();
             }
-            sink(std::move(r));
+            records.push_back(std::move(r));
         }
+    }
+    std::vector<report::TraceRow> declared;
+    for (const CaseRecord& r : records) {
+        const std::vector<report::TraceRow> rows = declared_rows(r);
+        declared.insert(declared.end(), rows.begin(), rows.end());
+    }
+    for (CaseRecord& r : records) {
+        r.trace.insert(r.trace.end(), declared.begin(), declared.end());
+        sink(std::move(r));
     }
 }
 

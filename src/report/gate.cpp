@@ -126,6 +126,7 @@ Report make_baseline(const Report& run) {
         c.drift.clear();
         c.contract = {};
         c.findings.clear();
+        c.trace.clear();
     }
     return base;
 }

@@ -60,8 +60,8 @@ GateResult gate(const Report& run, const Report& baseline, const GateOptions& op
 /// Regressions, then improvements, then missing cases; ends with a one-line verdict.
 void print_gate(std::ostream& out, const GateResult& result, const GateOptions& options);
 
-/// What a baseline keeps of a run: ids, verdicts and the metric rows (no drift, contract or
-/// findings), so that a committed baseline stays small.
+/// What a baseline keeps of a run: ids, verdicts and the metric rows (no drift, contract,
+/// findings or trace), so that a committed baseline stays small.
 Report make_baseline(const Report& run);
 
 }  // namespace lav::report

@@ -518,6 +518,14 @@ Dataset write_table(const Group& parent, const std::string& name, const Table& t
     return out;
 }
 
+bool has_column(const Group& parent, const std::string& name, const std::string& column) {
+    Dataset dataset = parent.open_dataset(name);
+    Handle file_type(check(H5Dget_type(dataset.id()), dataset, "read dataset", dataset.path()),
+                     H5Tclose);
+    if (H5Tget_class(file_type.get()) != H5T_COMPOUND) dataset.invalid("is not a table");
+    return H5Tget_member_index(file_type.get(), column.c_str()) >= 0;
+}
+
 Table read_table(const Group& parent, const std::string& name, const Table& like) {
     Dataset dataset = parent.open_dataset(name);
     const std::string& path = dataset.path();

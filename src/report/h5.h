@@ -171,6 +171,9 @@ Dataset write_table(const Group& parent, const std::string& name, const Table& t
 /// has beyond those are ignored; a missing member or a member of another kind is an error.
 Table read_table(const Group& parent, const std::string& name, const Table& like);
 
+/// Whether table `name` under `parent` has a column called `column`; throws if it is no table.
+bool has_column(const Group& parent, const std::string& name, const std::string& column);
+
 /// The values of column `name` of `table`; throws InternalError when it has none of type T.
 template <typename T>
 const std::vector<T>& column(const Table& table, const std::string& name) {

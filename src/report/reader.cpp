@@ -99,13 +99,19 @@ std::vector<Finding> read_findings(const h5::Group& group) {
 }
 
 std::vector<TraceRow> read_trace(const h5::Group& group) {
-    const h5::Table table = h5::read_table(group, "trace",
-                                           {{"seq", std::vector<int64_t>{}},
-                                            {"op", Strings{}},
-                                            {"depth", std::vector<int64_t>{}},
-                                            {"autocast", std::vector<uint8_t>{}},
-                                            {"inputs", Strings{}},
-                                            {"outputs", Strings{}}});
+    h5::Table like = {{"seq", std::vector<int64_t>{}},
+                      {"op", Strings{}},
+                      {"depth", std::vector<int64_t>{}},
+                      {"autocast", std::vector<uint8_t>{}},
+                      {"inputs", Strings{}},
+                      {"outputs", Strings{}}};
+    // reports written before declared rows existed hold traced rows only
+    const bool declared = h5::has_column(group, "trace", "source");
+    if (declared) {
+        like.push_back({"source", Strings{}});
+        like.push_back({"kernel", Strings{}});
+    }
+    const h5::Table table = h5::read_table(group, "trace", like);
     const auto& seq = h5::column<int64_t>(table, "seq");
     const auto& op = h5::column<std::string>(table, "op");
     const auto& depth = h5::column<int64_t>(table, "depth");
@@ -113,8 +119,18 @@ std::vector<TraceRow> read_trace(const h5::Group& group) {
     const auto& inputs = h5::column<std::string>(table, "inputs");
     const auto& outputs = h5::column<std::string>(table, "outputs");
     std::vector<TraceRow> rows;
-    for (size_t i = 0; i < seq.size(); ++i)
-        rows.push_back({seq[i], op[i], depth[i], autocast[i] != 0, inputs[i], outputs[i]});
+    for (size_t i = 0; i < seq.size(); ++i) {
+        TraceRow row{seq[i],    op[i],      depth[i], autocast[i] != 0,
+                     inputs[i], outputs[i], "traced", ""};
+        if (declared) {
+            row.source = h5::column<std::string>(table, "source")[i];
+            row.kernel = h5::column<std::string>(table, "kernel")[i];
+            if (row.source != "traced" && row.source != "declared")
+                group.invalid("has a trace row of unknown source '" + row.source +
+                              "' (expected traced or declared)");
+        }
+        rows.push_back(std::move(row));
+    }
     return rows;
 }
 

@@ -57,14 +57,18 @@ struct Finding {
     std::string history;  ///< the tensor's dtype history, for tracer findings; "" otherwise
 };
 
-/// One traced op of a case's prologue (the user's op sequence before the kernel).
+/// One row of a case's trace: an op of its prologue (the user's op sequence before the kernel)
+/// as the tracer saw it, or an item of the precision contract of a kernel variant that ran
+/// (what it stores or computes inside, and in which dtype).
 struct TraceRow {
-    int64_t seq = 0;
-    std::string op;     ///< "aten::addcmul"
-    int64_t depth = 0;  ///< 0 for ops the prologue called, > 0 inside another op
+    int64_t seq = 0;    ///< traced: 0, 1, 2, ... in call order; declared: -1
+    std::string op;     ///< traced: "aten::addcmul"; declared: the item, "chunk states h"
+    int64_t depth = 0;  ///< 0 for ops the prologue called, > 0 inside another op; declared: 0
     bool autocast = false;
-    std::string inputs;   ///< "; "-joined, e.g. "fp16[2,64,4,16] <- #3 (k)"
-    std::string outputs;  ///< "; "-joined, e.g. "fp32[2,64,4,16]"
+    std::string inputs;   ///< "; "-joined, e.g. "fp16[2,64,4,16] <- #3 (k)"; declared: ""
+    std::string outputs;  ///< "; "-joined, e.g. "fp32[2,64,4,16]"; declared: its dtype, "fp32"
+    std::string source = "traced";  ///< "traced" or "declared" (from a precision contract)
+    std::string kernel;             ///< declared: "<family>/<variant>/<backend>/<pass>"; traced: ""
 };
 
 struct CaseRecord {
@@ -87,7 +91,9 @@ struct CaseRecord {
     std::vector<DriftCurve> drift;
     PrecisionContract contract;
     std::vector<Finding> findings;
-    std::vector<TraceRow> trace;  ///< the traced prologue; empty without one
+    /// The case's trace, the same in each of its records: the traced prologue (none without
+    /// one), then the declared items of every variant and pass of the case that ran.
+    std::vector<TraceRow> trace;
 
     /// The metric row with the largest rel_rmse / bound; nullptr when there are none.
     const MetricRow* worst() const;

@@ -148,6 +148,8 @@ void write_case(const h5::Group& cases, size_t index, const CaseRecord& c) {
              column_of(c.trace, [](const R& r) { return static_cast<uint8_t>(r.autocast); })},
             {"inputs", column_of(c.trace, [](const R& r) { return r.inputs; })},
             {"outputs", column_of(c.trace, [](const R& r) { return r.outputs; })},
+            {"source", column_of(c.trace, [](const R& r) { return r.source; })},
+            {"kernel", column_of(c.trace, [](const R& r) { return r.kernel; })},
         });
 
     // creation order keeps the curves in the order the case measured them

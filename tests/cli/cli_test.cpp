@@ -12,7 +12,10 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "report/intermediates.h"
 #include "report/report.h"
@@ -95,6 +98,56 @@ TEST(Cli, DumpIntermediatesWritesChunkStatesPerCase) {
     }
     EXPECT_GT(later["fp32"], 0.0);
     EXPECT_LT(later["fp32"], later["bf16"]);
+}
+
+TEST(Cli, TraceCarriesEveryKernelsDeclaredContract) {
+    const fs::path out = scratch("declared.h5");
+    const Result run =
+        lav("run tests/data/scenarios/cli/declared_trace.toml --out " + out.string());
+    ASSERT_EQ(run.code, 0) << run.output;
+    const report::Report rep = report::read_report(out.string());
+    // 2 state dtypes x (chunk, recurrent) x (fwd, bwd)
+    ASSERT_EQ(rep.cases.size(), 8u);
+    std::map<std::string, const report::CaseRecord*> by_id;
+    for (const auto& r : rep.cases) by_id[r.id] = &r;
+    for (const char* state : {"fp32", "bf16"}) {
+        const std::string case_id = std::string("cli_declared_trace[dtypes.state=") + state + "]";
+        for (const char* variant : {"chunk", "recurrent"}) {
+            for (const char* pass : {"fwd", "bwd"}) {
+                const std::string suffix = std::string(variant) + "/cpu/" + pass;
+                const std::string kernel = "simple_gla/" + suffix;
+                ASSERT_TRUE(by_id.count(case_id + "/" + suffix)) << case_id << "/" << suffix;
+                const report::CaseRecord& owner = *by_id.at(case_id + "/" + suffix);
+                ASSERT_FALSE(owner.contract.items.empty()) << owner.id;
+                // every record of the case carries the declared rows of every kernel that ran,
+                // item for item as that kernel's own contract table has them
+                for (const char* other_variant : {"chunk", "recurrent"}) {
+                    for (const char* other_pass : {"fwd", "bwd"}) {
+                        const report::CaseRecord& r =
+                            *by_id.at(case_id + "/" + other_variant + "/cpu/" + other_pass);
+                        std::vector<std::pair<std::string, std::string>> rows;
+                        for (const auto& t : r.trace) {
+                            EXPECT_EQ(t.source, "declared") << r.id << ": no prologue to trace";
+                            if (t.kernel != kernel) continue;
+                            EXPECT_EQ(t.seq, -1) << r.id;
+                            rows.push_back({t.op, t.outputs});
+                        }
+                        std::vector<std::pair<std::string, std::string>> items;
+                        for (const auto& item : owner.contract.items)
+                            items.push_back({item.item, std::string(dtype_name(item.dtype))});
+                        EXPECT_EQ(rows, items) << r.id << " rows of " << kernel;
+                    }
+                }
+                // where the chunk variant keeps its chunk states, in the case's state dtype
+                const report::CaseRecord& r = *by_id.at(case_id + "/recurrent/cpu/fwd");
+                std::string stored;
+                for (const auto& t : r.trace)
+                    if (t.kernel == kernel && t.op == "chunk states h") stored = t.outputs;
+                EXPECT_EQ(stored, std::string(variant) == "chunk" ? state : "")
+                    << r.id << ": chunk states h of " << kernel;
+            }
+        }
+    }
 }
 
 TEST(Cli, ImpossibleToleranceExitsOneAndMarksTensor) {

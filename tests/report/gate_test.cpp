@@ -135,6 +135,7 @@ TEST(Gate, BaselineKeepsMeasuresOnlyAndRoundTrips) {
         EXPECT_TRUE(c.drift.empty());
         EXPECT_TRUE(c.findings.empty());
         EXPECT_TRUE(c.contract.items.empty());
+        EXPECT_TRUE(c.trace.empty());
         EXPECT_FALSE(c.metrics.empty());
     }
     const fs::path file = scratch("base.h5");

@@ -4,7 +4,7 @@
 Usage: read_report.py REPORT.h5
 
 Checks every root attribute, the /summary table (read into a pandas DataFrame), and each case's
-attributes, metrics, contract, findings and drift curves, with the types reports/SCHEMA.md
+attributes, metrics, contract, findings, trace and drift curves, with the types reports/SCHEMA.md
 documents. Prints each problem and exits 1 if there is any; exits 77 (skipped, for CTest) when
 h5py or pandas is not installed.
 """
@@ -46,7 +46,7 @@ METRICS_COLUMNS = {
 CONTRACT_COLUMNS = {"item": "str", "dtype": "str", "note": "str"}
 FINDINGS_COLUMNS = {"kind": "str", "tensor": "str", "message": "str", "history": "str"}
 TRACE_COLUMNS = {"seq": "int", "op": "str", "depth": "int", "autocast": "flag", "inputs": "str",
-                 "outputs": "str"}
+                 "outputs": "str", "source": "str", "kernel": "str"}
 VERDICTS = {"pass", "fail", "error"}
 DTYPES = {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}
 
@@ -128,7 +128,16 @@ def check_case(name, group, summary_row):
         if unknown:
             problem(f"{group.name}/contract: unknown dtypes {sorted(unknown)}")
     read_table(group, "findings", FINDINGS_COLUMNS)
-    read_table(group, "trace", TRACE_COLUMNS)
+    trace = read_table(group, "trace", TRACE_COLUMNS)
+    if trace is not None and len(trace):
+        if not trace["source"].isin(["traced", "declared"]).all():
+            problem(f"{group.name}/trace: source holds values other than traced and declared")
+        declared = trace[trace["source"] == "declared"]
+        unknown = set(declared["outputs"]) - DTYPES
+        if unknown:
+            problem(f"{group.name}/trace: declared rows of unknown dtypes {sorted(unknown)}")
+        if (declared["kernel"] == "").any():
+            problem(f"{group.name}/trace: a declared row names no kernel")
 
     if "drift" not in group or not isinstance(group["drift"], h5py.Group):
         problem(f"{group.name}: no group 'drift'")

@@ -112,6 +112,8 @@ void expect_same_case(const CaseRecord& e, const CaseRecord& a) {
         EXPECT_EQ(e.trace[i].autocast, a.trace[i].autocast);
         EXPECT_EQ(e.trace[i].inputs, a.trace[i].inputs);
         EXPECT_EQ(e.trace[i].outputs, a.trace[i].outputs);
+        EXPECT_EQ(e.trace[i].source, a.trace[i].source);
+        EXPECT_EQ(e.trace[i].kernel, a.trace[i].kernel);
     }
     ASSERT_EQ(e.findings.size(), a.findings.size());
     for (size_t i = 0; i < e.findings.size(); ++i) {
@@ -347,6 +349,51 @@ TEST_F(ReadReportError, MissingTableColumnIsNamed) {
     EXPECT_NE(std::string(e.what()).find("/cases/0000/metrics has no column 'ulp'"),
               std::string::npos)
         << e.what();
+}
+
+TEST_F(ReportRoundTrip, TraceWithoutSourceColumnReadsAsTraced) {
+    // a report whose trace table is as lav wrote it before declared rows joined it
+    write_report(path("run.h5"), sample_report());
+    {
+        h5::File old = h5::File::create(path("old_trace.h5"));
+        h5::write_table(old, "trace",
+                        {{"seq", std::vector<int64_t>{0, 1}},
+                         {"op", std::vector<std::string>{"aten::mul", "aten::addcmul"}},
+                         {"depth", std::vector<int64_t>{0, 0}},
+                         {"autocast", std::vector<uint8_t>{0, 1}},
+                         {"inputs", std::vector<std::string>{"fp16[8] (k)", "fp32[8] (k_a)"}},
+                         {"outputs", std::vector<std::string>{"fp16[8]", "fp32[8]"}}});
+        old.close();
+    }
+    const hid_t from = H5Fopen(path("old_trace.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t to = H5Fopen(path("run.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(from, 0);
+    ASSERT_GE(to, 0);
+    EXPECT_GE(H5Ldelete(to, "cases/0001/trace", H5P_DEFAULT), 0);
+    EXPECT_GE(H5Ocopy(from, "trace", to, "cases/0001/trace", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(to);
+    H5Fclose(from);
+
+    const Report read = read_report(path("run.h5"));
+    ASSERT_EQ(read.cases.size(), 3u);
+    const std::vector<TraceRow>& trace = read.cases[1].trace;
+    ASSERT_EQ(trace.size(), 2u);
+    EXPECT_EQ(trace[1].op, "aten::addcmul");
+    EXPECT_TRUE(trace[1].autocast);
+    for (const TraceRow& row : trace) {
+        EXPECT_EQ(row.source, "traced") << row.op;
+        EXPECT_EQ(row.kernel, "") << row.op;
+    }
+    // the other cases keep what was written
+    expect_same_case(passing_case(), read.cases[0]);
+    expect_same_case(error_case(), read.cases[2]);
+}
+
+TEST_F(ReadReportError, TraceRowOfUnknownSourceIsNamed) {
+    Report report = sample_report();
+    report.cases[1].trace[2].source = "guessed";
+    write_report(path("run.h5"), report);
+    expect_usage_error_naming(path("run.h5"), "unknown source 'guessed'");
 }
 
 // ---- CaseRecord::worst ----

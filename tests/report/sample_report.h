@@ -75,8 +75,11 @@ inline CaseRecord failing_case() {
         {"PROMOTION", "k", "k: fp16 -> fp32 at aten::addcmul, operand k_a: fp32 (parameter)",
          "k: fp16 —aten::addcmul(k_a: fp32)→ fp32"}};
     c.trace = {
-        {0, "aten::mul", 0, false, "fp16[1,16,2,8] (k); fp16[1,16,2,8] <- #-1", "fp16[1,16,2,8]"},
-        {1, "aten::addcmul", 0, true, "fp16[1,16,2,8] (k); fp32[8] (k_a)", "fp32[1,16,2,8]"}};
+        {0, "aten::mul", 0, false, "fp16[1,16,2,8] (k); fp16[1,16,2,8] <- #-1", "fp16[1,16,2,8]",
+         "traced", ""},
+        {1, "aten::addcmul", 0, true, "fp16[1,16,2,8] (k); fp32[8] (k_a)", "fp32[1,16,2,8]",
+         "traced", ""},
+        {-1, "chunk states h", 0, false, "", "fp32", "declared", "simple_gla/chunk/cpu/bwd"}};
     return c;
 }
 
