@@ -30,7 +30,9 @@ namespace lav::cuda {
 namespace {
 
 constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
-constexpr int kWarps = 4;  // warp w owns rows [16w, 16w + 16) of a chunk
+// warp w takes rows [16·(w % 4), + 16) of a chunk and half w / 4 of a value tile; two warps
+// per scheduler hide each other's latencies
+constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 
 /// The 16-bit element type T of the mma operands.
@@ -77,13 +79,19 @@ struct Half16<__half> {
 template <typename T, int KT, int BV>
 struct Tiles {
     static constexpr int PK = KT + 8, PR = kRows + 8;
-    T q[kRows][PK], k[kRows][PK];
-    T kd[KT][PR];                  // keys as the state update takes them, [key][row]
-    T v[BV][PR], vd[BV][PR];       // values and decayed values, [column][row]
-    T a[kRows][PR];                // masked decayed scores rounded to T
-    T s_hi[BV][PK], s_lo[BV][PK];  // stored state entering the chunk, [column][key], split
-    float g[kRows][KT + 4];        // per-key gate cumsum G
-    float grow[kRows];             // per-row gate cumsum G
+    // cp.async destinations start 16-byte aligned
+    alignas(16) T q[kRows][PK];
+    alignas(16) T k[kRows][PK];
+    alignas(16) T v_rows[kRows][BV + 8];  // values as loaded, [row][column]
+    union alignas(16) {
+        T kd[KT][PR];                      // keys as the state update takes them, [key][row]
+        unsigned short g_rows[kRows][PK];  // a 16-bit per-key gate as loaded, before its cumsum
+    };
+    T v[BV][PR], vd[BV][PR];             // values and decayed values, [column][row]
+    T a[kRows][PR];                      // masked decayed scores rounded to T
+    T s_hi[BV][PK], s_lo[BV][PK];        // stored state entering the chunk, [column][key], split
+    alignas(16) float g[kRows][KT + 4];  // per-key gate cumsum G
+    float grow[kRows];                   // per-row gate cumsum G
 };
 
 template <typename T>
@@ -115,42 +123,48 @@ __device__ __forceinline__ void fragment_b(uint32_t (&b)[2], const T (*y)[P], in
     b[1] = word(&y[n0 + g][c0 + 2 * t + 8]);
 }
 
-/// Rows [0, kRows) × columns [0, W) of x in chunk (s, c0, len), head h, into dst[row][col]
-/// (Transposed: dst[col][row]); zeros past the chunk's end or x's width. Eight elements per
-/// load when `vec` says every row starts 16-byte aligned.
-template <typename T, int W, bool Transposed, int P>
-__device__ void load_rows(T (*dst)[P], const Strided& x, const Span& s, int64_t c0, int len, int h,
+/// 16 bytes from global to shared memory without a trip through registers (sm_80's
+/// cp.async), or 16 zero bytes when !valid; complete after copies_wait().
+__device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void copies_wait() { asm volatile("cp.async.wait_all;\n" ::); }
+
+/// Rows [0, kRows) × columns [col0, col0 + W) of x (E-typed elements) in chunk (s, c0, len),
+/// head h, into the row-major tile dst of pitch P; zeros past the chunk's end or x's width.
+/// With `vec` (every row 16-byte aligned, widths a whole number of 16 bytes) the copies are
+/// asynchronous, all of a chunk's in flight at once; otherwise element by element, widened
+/// to D.
+template <typename E, typename D, int W, int P>
+__device__ void load_rows(D (*dst)[P], const Strided& x, const Span& s, int64_t c0, int len, int h,
                           int col0, int width, bool vec) {
-    const T* base = static_cast<const T*>(x.data);
-    const T zero = Half16<T>::from(0.f);
-    if (vec) {
-        for (int e = threadIdx.x; e < kRows * W / 8; e += kThreads) {
-            const int r = e / (W / 8), c = e % (W / 8) * 8;
-            T part[8];
-            if (r < len && col0 + c < width) {
-                *reinterpret_cast<uint4*>(part) =
-                    *reinterpret_cast<const uint4*>(base + at(x, s, c0 + r, h) + col0 + c);
-            } else {
-                for (int u = 0; u < 8; ++u) part[u] = zero;
-            }
-            for (int u = 0; u < 8; ++u) (Transposed ? dst[c + u][r] : dst[r][c + u]) = part[u];
+    constexpr int kVec = 16 / sizeof(E);
+    const E* base = static_cast<const E*>(x.data);
+    if (vec && sizeof(D) == sizeof(E)) {
+        for (int e = threadIdx.x; e < kRows * W / kVec; e += kThreads) {
+            const int r = e / (W / kVec), c = e % (W / kVec) * kVec;
+            const bool valid = r < len && col0 + c < width;
+            copy16(&dst[r][c], valid ? base + at(x, s, c0 + r, h) + col0 + c : base, valid);
         }
         return;
     }
     for (int e = threadIdx.x; e < kRows * W; e += kThreads) {
         const int r = e / W, c = e % W;
-        const T value = r < len && col0 + c < width ? base[at(x, s, c0 + r, h) + col0 + c] : zero;
-        (Transposed ? dst[c][r] : dst[r][c]) = value;
+        const bool valid = r < len && col0 + c < width;
+        dst[r][c] = D(valid ? load(x.data, x.dtype, at(x, s, c0 + r, h) + col0 + c) : 0.f);
     }
 }
 
 template <typename T, int KT, int BV, bool PerKey>
 __global__ void __launch_bounds__(kThreads, 1)
-    chunk_forward(GatedLinearProblem p, void* states, bool vec) {
+    chunk_forward(GatedLinearProblem p, void* states, bool vec, bool g_vec) {
     using H = Half16<T>;
     using Tile = Tiles<T, KT, BV>;
-    constexpr int MT = KT / 16 / kWarps;  // 16-key row tiles of the state per warp
-    constexpr int NT = BV / 8;            // 8-column tiles of a value tile
+    constexpr int MT = KT / 64;  // 16-key row tiles of the state per warp
+    constexpr int NT = BV / 16;  // 8-column tiles per warp: half a value tile
     extern __shared__ float4 smem[];
     Tile& t = *reinterpret_cast<Tile*>(smem);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g8 = lane / 4, t4 = lane % 4;
@@ -160,13 +174,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t own = (int64_t(n) * p.heads + h) * p.dk * p.dv;
     const bool split = p.state != H::dtype;
     const bool outputs = p.o.data != nullptr;
-    const int r0 = 16 * warp;
+    const int block = warp % 4, half = warp / 4;
+    const int r0 = 16 * block, cv0 = half * BV / 2;
+    // a 16-bit per-key gate goes through g_rows only when its rows are copied whole
+    const bool g16 = p.g.dtype != DType::f32 && g_vec;
 
-    // S[m][c][e]: key warp·KT/4 + 16m + g8 (+8 for e ≥ 2), column 8c + 2·t4 (+1 for odd e)
-    const auto key_of = [&](int m, int e) {
-        return warp * (KT / kWarps) + 16 * m + g8 + (e & 2) * 4;
-    };
-    const auto col_of = [&](int c, int e) { return 8 * c + 2 * t4 + (e & 1); };
+    // S[m][c][e]: key block·KT/4 + 16m + g8 (+8 for e ≥ 2), column cv0 + 8c + 2·t4 (+1 for
+    // odd e); the same element layout serves o
+    const auto key_of = [&](int m, int e) { return block * (KT / 4) + 16 * m + g8 + (e & 2) * 4; };
+    const auto col_of = [&](int c, int e) { return cv0 + 8 * c + 2 * t4 + (e & 1); };
     float S[MT][NT][4];
 #pragma unroll
     for (int m = 0; m < MT; ++m)
@@ -186,7 +202,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int len = int(s.len - c0 < p.chunk ? s.len - c0 : p.chunk);
         __syncthreads();  // the previous chunk's tiles are read
 
-        // the state entering the chunk, as stored: to `states`, and split for q·h
+        if (outputs) load_rows<T, T, KT>(t.q, p.q, s, c0, len, h, 0, p.dk, vec);
+        load_rows<T, T, KT>(t.k, p.k, s, c0, len, h, 0, p.dk, vec);
+        load_rows<T, T, BV>(t.v_rows, p.v, s, c0, len, h, v0, p.dv, vec);
+        if (PerKey && g16)
+            load_rows<unsigned short, unsigned short, KT>(t.g_rows, p.g, s, c0, len, h, 0, p.dk,
+                                                          true);
+        else if (PerKey)
+            load_rows<float, float, KT>(t.g, p.g, s, c0, len, h, 0, p.dk, g_vec);
+        // while the copies fly: the state entering the chunk, as stored, to `states`, and
+        // split for q·h
         const int64_t slot = (first + chunk) * p.heads + h;
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -203,30 +228,31 @@ __global__ void __launch_bounds__(kThreads, 1)
                     t.s_hi[col][key] = hi;
                     t.s_lo[col][key] = H::from(split ? stored - H::to(hi) : 0.f);
                 }
-        if (outputs) load_rows<T, KT, false>(t.q, p.q, s, c0, len, h, 0, p.dk, vec);
-        load_rows<T, KT, false>(t.k, p.k, s, c0, len, h, 0, p.dk, vec);
-        load_rows<T, BV, true>(t.v, p.v, s, c0, len, h, v0, p.dv, vec);
+        if (!PerKey && threadIdx.x < kRows) {
+            const int i = threadIdx.x;
+            float x = 0.f;
+            if (i < len && p.gate == Gate::per_head)
+                x = load(p.g.data, p.g.dtype, at(p.g, s, c0 + i, h));
+            if (p.gate == Gate::constant) x = p.g_gamma[h] * float((i < len ? i : len - 1) + 1);
+            t.grow[i] = x;
+        }
+        copies_wait();
+        __syncthreads();
         // gate cumsums in fp32, in step order as the CPU backend sums them, continued past
-        // the chunk's end as if g were 0 there
+        // the chunk's end as if g were 0 there (the tiles hold zeros there)
         if (PerKey && threadIdx.x < KT) {
             const int d = threadIdx.x;
             float acc = 0.f;
-#pragma unroll 8
+#pragma unroll
             for (int i = 0; i < kRows; ++i) {
-                if (i < len && d < p.dk)
-                    acc += load(p.g.data, p.g.dtype, at(p.g, s, c0 + i, h) + d);
+                acc += g16 ? load(&t.g_rows[0][0], p.g.dtype, i * Tile::PK + d) : t.g[i][d];
                 t.g[i][d] = acc;
             }
         }
-        if (!PerKey && threadIdx.x == 0) {
+        if (!PerKey && p.gate == Gate::per_head && threadIdx.x == 0) {
             float acc = 0.f;
-#pragma unroll 8
-            for (int i = 0; i < kRows; ++i) {
-                if (i < len && p.gate == Gate::per_head)
-                    acc += load(p.g.data, p.g.dtype, at(p.g, s, c0 + i, h));
-                if (i < len && p.gate == Gate::constant) acc = p.g_gamma[h] * float(i + 1);
-                t.grow[i] = acc;
-            }
+#pragma unroll
+            for (int i = 0; i < kRows; ++i) t.grow[i] = acc += t.grow[i];
         }
         __syncthreads();
 
@@ -237,37 +263,42 @@ __global__ void __launch_bounds__(kThreads, 1)
             t.kd[d][r] = PerKey ? H::from(H::to(t.k[r][d]) * __expf(t.g[kRows - 1][d] - t.g[r][d]))
                                 : t.k[r][d];
         }
-        if (!PerKey)
-            for (int e = threadIdx.x; e < BV * kRows; e += kThreads) {
-                const int c = e / kRows, r = e % kRows;
-                t.vd[c][r] =
-                    p.gate == Gate::none
-                        ? t.v[c][r]
-                        : H::from(H::to(t.v[c][r]) * __expf(t.grow[kRows - 1] - t.grow[r]));
-            }
+        for (int e = threadIdx.x; e < BV * kRows; e += kThreads) {
+            const int c = e / kRows, r = e % kRows;
+            const T x = t.v_rows[r][c];
+            t.v[c][r] = x;
+            if (!PerKey)
+                t.vd[c][r] = p.gate == Gate::none
+                                 ? x
+                                 : H::from(H::to(x) * __expf(t.grow[kRows - 1] - t.grow[r]));
+        }
         __syncthreads();
 
         if (outputs) {
-            // scores of the warp's rows i ∈ [r0, r0 + 16) against j < r0 + 16
-            float acc[2 * kWarps][4] = {};
+            // scores of rows i ∈ [r0, r0 + 16) against j < r0 + 16, in 8-column tiles c; the
+            // two warps of a row block take alternate tiles
+            float acc[8][4] = {};
+            const auto score_col = [&](int c, int e) { return 8 * c + 2 * t4 + (e & 1); };
             if (!PerKey) {
                 for (int kk = 0; kk < KT; kk += 16) {
                     uint32_t a[4];
                     fragment_a(a, t.q, r0, kk);
 #pragma unroll
-                    for (int c = 0; c < 2 * kWarps; ++c) {
-                        if (c > 2 * warp + 1) break;
+                    for (int c = 0; c < 8; ++c) {
+                        if (c > 2 * block + 1) break;
+                        if (c % 2 != half) continue;
                         uint32_t b[2];
                         fragment_b(b, t.k, 8 * c, kk);
                         H::mma(acc[c], a, b);
                     }
                 }
 #pragma unroll
-                for (int c = 0; c < 2 * kWarps; ++c) {
-                    if (c > 2 * warp + 1) break;
+                for (int c = 0; c < 8; ++c) {
+                    if (c > 2 * block + 1) break;
+                    if (c % 2 != half) continue;
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int i = r0 + g8 + (e & 2) * 4, j = col_of(c, e);
+                        const int i = r0 + g8 + (e & 2) * 4, j = score_col(c, e);
                         // mask before exp: above the diagonal G_i − G_j > 0 can overflow
                         const float x =
                             j <= i && i < len ? acc[c][e] * __expf(t.grow[i] - t.grow[j]) : 0.f;
@@ -276,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
             } else {
                 // blocks below the diagonal, factored about row r0; both halves of each factor
-                for (int kk = 0; kk < KT && warp > 0; kk += 16) {
+                for (int kk = 0; kk < KT && block > 0; kk += 16) {
                     uint32_t a_hi[4], a_lo[4];
 #pragma unroll
                     for (int u = 0; u < 4; ++u) {
@@ -288,8 +319,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                         a_lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
                     }
 #pragma unroll
-                    for (int c = 0; c < 2 * kWarps; ++c) {
-                        if (c >= 2 * warp) break;
+                    for (int c = 0; c < 8; ++c) {
+                        if (c >= 2 * block) break;
+                        if (c % 2 != half) continue;
                         uint32_t b_hi[2], b_lo[2];
 #pragma unroll
                         for (int u = 0; u < 2; ++u) {
@@ -306,30 +338,31 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                 }
 #pragma unroll
-                for (int c = 0; c < 2 * kWarps; ++c) {
-                    if (c >= 2 * warp) break;
+                for (int c = 0; c < 8; ++c) {
+                    if (c >= 2 * block) break;
+                    if (c % 2 != half) continue;
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
-                        const int i = r0 + g8 + (e & 2) * 4, j = col_of(c, e);
+                        const int i = r0 + g8 + (e & 2) * 4, j = score_col(c, e);
                         t.a[i][j] = H::from(i < len ? acc[c][e] : 0.f);
                     }
                 }
-                // the diagonal block, element by element: lane owns row r0 + lane % 16 and
-                // the eight columns r0 + 8·(lane / 16) + [0, 8)
-                const int i = r0 + lane % 16, j0 = r0 + 8 * (lane / 16);
-                float sum[8] = {};
+                // the diagonal block, element by element: a lane takes row r0 + lane % 16 and
+                // the four columns r0 + 8·half + 4·(lane / 16) + [0, 4)
+                const int i = r0 + lane % 16, j0 = r0 + 8 * half + 4 * (lane / 16);
+                float sum[4] = {};
                 for (int d = 0; d < p.dk; ++d) {
                     const float qi = H::to(t.q[i][d]), gi = t.g[i][d];
 #pragma unroll
-                    for (int u = 0; u < 8; ++u)
+                    for (int u = 0; u < 4; ++u)
                         if (j0 + u <= i)
                             sum[u] += qi * H::to(t.k[j0 + u][d]) * __expf(gi - t.g[j0 + u][d]);
                 }
 #pragma unroll
-                for (int u = 0; u < 8; ++u)
+                for (int u = 0; u < 4; ++u)
                     t.a[i][j0 + u] = H::from(j0 + u <= i && i < len ? sum[u] : 0.f);
             }
-            __syncwarp();
+            __syncthreads();  // both warps of a row block wrote its scores
 
             // o = scale · (q̃·h + A·v) for the warp's rows
             float o[NT][4] = {};
@@ -349,10 +382,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                 for (int c = 0; c < NT; ++c) {
                     uint32_t b[2];
-                    fragment_b(b, t.s_hi, 8 * c, kk);
+                    fragment_b(b, t.s_hi, cv0 + 8 * c, kk);
                     H::mma(o[c], a, b);
                     if (!split) continue;
-                    fragment_b(b, t.s_lo, 8 * c, kk);
+                    fragment_b(b, t.s_lo, cv0 + 8 * c, kk);
                     H::mma(o[c], a, b);
                 }
             }
@@ -367,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                 for (int c = 0; c < NT; ++c) {
                     uint32_t b[2];
-                    fragment_b(b, t.v, 8 * c, kk);
+                    fragment_b(b, t.v, cv0 + 8 * c, kk);
                     H::mma(o[c], a, b);
                 }
             }
@@ -395,11 +428,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
                 uint32_t a[4];
-                fragment_a(a, t.kd, warp * (KT / kWarps) + 16 * m, kk);
+                fragment_a(a, t.kd, block * (KT / 4) + 16 * m, kk);
 #pragma unroll
                 for (int c = 0; c < NT; ++c) {
                     uint32_t b[2];
-                    fragment_b(b, PerKey ? t.v : t.vd, 8 * c, kk);
+                    fragment_b(b, PerKey ? t.v : t.vd, cv0 + 8 * c, kk);
                     H::mma(S[m][c], a, b);
                 }
             }
@@ -423,10 +456,11 @@ void check(cudaError_t e, const char* what) {
                                  cudaGetErrorString(e));
 }
 
-/// Whether every row of x starts 16-byte aligned, for 8-element loads.
+/// Whether every row of x starts 16-byte aligned and `width` elements are whole 16 bytes.
 bool rows_aligned(const Strided& x, int width) {
-    return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.sb % 8 == 0 && x.st % 8 == 0 &&
-           x.sh % 8 == 0 && width % 8 == 0;
+    const int per16 = x.dtype == DType::f32 ? 4 : 8;
+    return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.sb % per16 == 0 &&
+           x.st % per16 == 0 && x.sh % per16 == 0 && width % per16 == 0;
 }
 
 template <typename T, int KT, int BV, bool PerKey>
@@ -437,18 +471,20 @@ void launch(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
           "gated linear tensor-core forward");
     const bool vec = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk) && rows_aligned(p.v, p.dv);
     const dim3 grid(unsigned(p.seqs.n * p.heads), unsigned((p.dv + BV - 1) / BV));
-    kernel<<<grid, kThreads, bytes, stream>>>(p, states, vec);
+    const bool g_vec = p.gate == Gate::per_key && rows_aligned(p.g, p.dk);
+    kernel<<<grid, kThreads, bytes, stream>>>(p, states, vec, g_vec);
     check(cudaGetLastError(), "gated linear tensor-core forward");
 }
 
 template <typename T, int KT>
 void launch_keys(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
-    // narrower value tiles when wide ones would leave streaming multiprocessors idle
+    // narrower value tiles when wide ones would leave streaming multiprocessors idle and
+    // narrow ones still run in one wave
     int device = 0, sms = 0;
     check(cudaGetDevice(&device), "cudaGetDevice");
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
           "cudaDeviceGetAttribute");
-    const bool narrow = p.seqs.n * p.heads * ((p.dv + 63) / 64) < sms;
+    const bool narrow = p.seqs.n * p.heads * ((p.dv + 31) / 32) <= sms;
     const bool per_key = p.gate == Gate::per_key;
     if (narrow)
         per_key ? launch<T, KT, 32, true>(p, states, stream)
