@@ -100,6 +100,19 @@ __device__ __forceinline__ uint32_t word(const T* x) {
 }
 
 template <typename T>
+__device__ __forceinline__ float2 to_float2(uint32_t w);
+
+template <>
+__device__ __forceinline__ float2 to_float2<__nv_bfloat16>(uint32_t w) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+}
+
+template <>
+__device__ __forceinline__ float2 to_float2<__half>(uint32_t w) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&w));
+}
+
+template <typename T>
 __device__ __forceinline__ uint32_t pair(float lo, float hi) {
     return Half16<T>::bits(Half16<T>::from(lo)) | Half16<T>::bits(Half16<T>::from(hi)) << 16;
 }
@@ -351,12 +364,20 @@ __global__ void __launch_bounds__(kThreads, 1)
                 // the four columns r0 + 8·half + 4·(lane / 16) + [0, 4)
                 const int i = r0 + lane % 16, j0 = r0 + 8 * half + 4 * (lane / 16);
                 float sum[4] = {};
-                for (int d = 0; d < p.dk; ++d) {
-                    const float qi = H::to(t.q[i][d]), gi = t.g[i][d];
+                // pairs of keys per step, and no branch: above the diagonal the exponent is
+                // −inf, so the term is exactly 0
+#pragma unroll 2
+                for (int d = 0; d < KT; d += 2) {
+                    const float2 qi = to_float2<T>(word(&t.q[i][d]));
+                    const float2 gi = *reinterpret_cast<const float2*>(&t.g[i][d]);
 #pragma unroll
-                    for (int u = 0; u < 4; ++u)
-                        if (j0 + u <= i)
-                            sum[u] += qi * H::to(t.k[j0 + u][d]) * __expf(gi - t.g[j0 + u][d]);
+                    for (int u = 0; u < 4; ++u) {
+                        const float2 kj = to_float2<T>(word(&t.k[j0 + u][d]));
+                        const float2 gj = *reinterpret_cast<const float2*>(&t.g[j0 + u][d]);
+                        const bool below = j0 + u <= i;
+                        sum[u] += qi.x * kj.x * __expf(below ? gi.x - gj.x : -INFINITY);
+                        sum[u] += qi.y * kj.y * __expf(below ? gi.y - gj.y : -INFINITY);
+                    }
                 }
 #pragma unroll
                 for (int u = 0; u < 4; ++u)
