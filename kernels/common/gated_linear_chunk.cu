@@ -553,7 +553,10 @@ void gated_linear_chunk_bwd(const GatedLinearProblem& p, const GatedLinearGrads&
     } else {
         launch_states<false>(p, p.k, p.v, p.h0, nullptr, hs, stream);
     }
-    launch_states<true>(p, p.q, d.d_o, d.dht, d.dh0, dhs, stream);
+    if (gated_linear_tc_state_grads_fit(p, d))
+        gated_linear_tc_state_grads(p, d, dhs, stream);
+    else
+        launch_states<true>(p, p.q, d.d_o, d.dht, d.dh0, dhs, stream);
     launch_chunks(chunk_grads, sizeof(GradTiles), p, stream, "gated linear chunk grads", p, d,
                   static_cast<const void*>(hs), static_cast<const void*>(dhs));
 }

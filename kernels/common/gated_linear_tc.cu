@@ -80,7 +80,10 @@ template <typename T, int KT, int BV>
 struct Tiles {
     static constexpr int PK = KT + 8, PR = kRows + 8;
     // cp.async destinations start 16-byte aligned
-    alignas(16) T q[kRows][PK];
+    union alignas(16) {
+        T q[kRows][PK];
+        T kd_lo[KT][PR];  // the state gradient pass: low half of its fp32 key operand
+    };
     alignas(16) T k[kRows][PK];
     alignas(16) T v_rows[kRows][BV + 8];  // values as loaded, [row][column]
     union alignas(16) {
@@ -173,7 +176,7 @@ __device__ void load_rows(D (*dst)[P], const Strided& x, const Span& s, int64_t 
 
 template <typename T, int KT, int BV, bool PerKey>
 __global__ void __launch_bounds__(kThreads, 1)
-    chunk_forward(GatedLinearProblem p, void* states, bool vec, bool g_vec) {
+    chunk_forward(GatedLinearProblem p, void* states, bool reverse, bool vec, bool g_vec) {
     using H = Half16<T>;
     using Tile = Tiles<T, KT, BV>;
     constexpr int MT = KT / 64;  // 16-key row tiles of the state per warp
@@ -210,7 +213,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
 
     const int64_t chunks = (s.len + p.chunk - 1) / p.chunk;
-    for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    for (int64_t step = 0; step < chunks; ++step) {
+        const int64_t chunk = reverse ? chunks - 1 - step : step;
         const int64_t c0 = chunk * p.chunk;
         const int len = int(s.len - c0 < p.chunk ? s.len - c0 : p.chunk);
         __syncthreads();  // the previous chunk's tiles are read
@@ -271,10 +275,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 
         // the state update's operands: k ⊙ exp(Λ − G) rounded (per-key gate) or
         // v ⊙ exp(Λ − G) rounded (per-row gate), as FLA's chunk_fwd_h rounds them
+        // or, for the state gradient, q ⊙ exp(G) · scale kept fp32 as the two halves
         for (int e = threadIdx.x; e < KT * kRows; e += kThreads) {
             const int d = e / kRows, r = e % kRows;
-            t.kd[d][r] = PerKey ? H::from(H::to(t.k[r][d]) * __expf(t.g[kRows - 1][d] - t.g[r][d]))
-                                : t.k[r][d];
+            if (reverse) {
+                const float x = H::to(t.k[r][d]) * (PerKey ? __expf(t.g[r][d]) * p.scale
+                                                           : __expf(t.grow[r]) * p.scale);
+                const T hi = H::from(x);
+                t.kd[d][r] = hi;
+                t.kd_lo[d][r] = H::from(x - H::to(hi));
+            } else {
+                t.kd[d][r] = PerKey
+                                 ? H::from(H::to(t.k[r][d]) * __expf(t.g[kRows - 1][d] - t.g[r][d]))
+                                 : t.k[r][d];
+            }
         }
         for (int e = threadIdx.x; e < BV * kRows; e += kThreads) {
             const int c = e / kRows, r = e % kRows;
@@ -448,13 +462,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < kRows; kk += 16)
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
-                uint32_t a[4];
+                uint32_t a[4], a_lo[4];
                 fragment_a(a, t.kd, block * (KT / 4) + 16 * m, kk);
+                if (reverse) fragment_a(a_lo, t.kd_lo, block * (KT / 4) + 16 * m, kk);
 #pragma unroll
                 for (int c = 0; c < NT; ++c) {
                     uint32_t b[2];
-                    fragment_b(b, PerKey ? t.v : t.vd, cv0 + 8 * c, kk);
+                    fragment_b(b, PerKey || reverse ? t.v : t.vd, cv0 + 8 * c, kk);
                     H::mma(S[m][c], a, b);
+                    if (reverse) H::mma(S[m][c], a_lo, b);
                 }
             }
     }
@@ -485,7 +501,7 @@ bool rows_aligned(const Strided& x, int width) {
 }
 
 template <typename T, int KT, int BV, bool PerKey>
-void launch(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
+void launch(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
     const auto kernel = chunk_forward<T, KT, BV, PerKey>;
     const int bytes = int(sizeof(Tiles<T, KT, BV>));
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
@@ -493,12 +509,12 @@ void launch(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
     const bool vec = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk) && rows_aligned(p.v, p.dv);
     const dim3 grid(unsigned(p.seqs.n * p.heads), unsigned((p.dv + BV - 1) / BV));
     const bool g_vec = p.gate == Gate::per_key && rows_aligned(p.g, p.dk);
-    kernel<<<grid, kThreads, bytes, stream>>>(p, states, vec, g_vec);
+    kernel<<<grid, kThreads, bytes, stream>>>(p, states, reverse, vec, g_vec);
     check(cudaGetLastError(), "gated linear tensor-core forward");
 }
 
 template <typename T, int KT>
-void launch_keys(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
+void launch_keys(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
     // narrower value tiles when wide ones would leave streaming multiprocessors idle and
     // narrow ones still run in one wave
     int device = 0, sms = 0;
@@ -508,19 +524,27 @@ void launch_keys(const GatedLinearProblem& p, void* states, cudaStream_t stream)
     const bool narrow = p.seqs.n * p.heads * ((p.dv + 31) / 32) <= sms;
     const bool per_key = p.gate == Gate::per_key;
     if (narrow)
-        per_key ? launch<T, KT, 32, true>(p, states, stream)
-                : launch<T, KT, 32, false>(p, states, stream);
+        per_key ? launch<T, KT, 32, true>(p, states, reverse, stream)
+                : launch<T, KT, 32, false>(p, states, reverse, stream);
     else
-        per_key ? launch<T, KT, 64, true>(p, states, stream)
-                : launch<T, KT, 64, false>(p, states, stream);
+        per_key ? launch<T, KT, 64, true>(p, states, reverse, stream)
+                : launch<T, KT, 64, false>(p, states, reverse, stream);
 }
 
 template <typename T>
-void launch_type(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
+void launch_type(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
     if (p.dk <= 64)
-        launch_keys<T, 64>(p, states, stream);
+        launch_keys<T, 64>(p, states, reverse, stream);
     else
-        launch_keys<T, 128>(p, states, stream);
+        launch_keys<T, 128>(p, states, reverse, stream);
+}
+
+void launch_any(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
+    if (p.seqs.n == 0 || p.heads == 0 || p.dv == 0) return;
+    if (p.q.dtype == DType::bf16)
+        launch_type<__nv_bfloat16>(p, states, reverse, stream);
+    else
+        launch_type<__half>(p, states, reverse, stream);
 }
 
 }  // namespace
@@ -534,11 +558,26 @@ bool gated_linear_tc_fits(const GatedLinearProblem& p) {
 void gated_linear_tc_fwd(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
     if (!gated_linear_tc_fits(p))
         throw std::invalid_argument("gated linear tensor-core forward: inputs do not fit");
-    if (p.seqs.n == 0 || p.heads == 0 || p.dv == 0) return;
-    if (p.q.dtype == DType::bf16)
-        launch_type<__nv_bfloat16>(p, states, stream);
-    else
-        launch_type<__half>(p, states, stream);
+    launch_any(p, states, /*reverse=*/false, stream);
+}
+
+bool gated_linear_tc_state_grads_fit(const GatedLinearProblem& p, const GatedLinearGrads& d) {
+    return gated_linear_tc_fits(p) && d.d_o.dtype == p.q.dtype;
+}
+
+void gated_linear_tc_state_grads(const GatedLinearProblem& p, const GatedLinearGrads& d, void* dhs,
+                                 cudaStream_t stream) {
+    if (!gated_linear_tc_state_grads_fit(p, d))
+        throw std::invalid_argument("gated linear tensor-core state gradients: inputs do not fit");
+    // the same pass over the chunks, in reverse, with q in the keys' place and d_o in the
+    // values'; dht starts it and dh0 is what it ends with
+    GatedLinearProblem r = p;
+    r.k = p.q;
+    r.v = d.d_o;
+    r.h0 = d.dht;
+    r.ht = d.dh0;
+    r.o.data = nullptr;
+    launch_any(r, dhs, /*reverse=*/true, stream);
 }
 
 }  // namespace lav::cuda

@@ -21,4 +21,14 @@ bool gated_linear_tc_fits(const GatedLinearProblem& p);
 /// chunk variant's slot layout) when `states` is set. Needs gated_linear_tc_fits(p).
 void gated_linear_tc_fwd(const GatedLinearProblem& p, void* states, cudaStream_t stream);
 
+/// Whether the backward's state gradient pass fits: gated_linear_tc_fits(p), and d_o in the
+/// input dtype.
+bool gated_linear_tc_state_grads_fit(const GatedLinearProblem& p, const GatedLinearGrads& d);
+
+/// The backward's reverse pass over the chunks: dS ← exp(Λ)·dS + (scale · q ⊙ exp(G))ᵀ d_o
+/// from dht, storing the gradient of the state leaving each chunk in `dhs` (state dtype) and
+/// the last dS in d.dh0 when set; the fp32 key operand goes in as two 16-bit halves.
+void gated_linear_tc_state_grads(const GatedLinearProblem& p, const GatedLinearGrads& d, void* dhs,
+                                 cudaStream_t stream);
+
 }  // namespace lav::cuda
