@@ -4,10 +4,21 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
 
 #include "common/cuda_tensor.h"
 
 namespace lav::cuda {
+
+/// Throws when a CUDA call or launch failed, naming what was attempted.
+inline void check_cuda(cudaError_t e, const char* what) {
+    if (e != cudaSuccess)
+        throw std::runtime_error(std::string("CUDA error in ") + what + ": " +
+                                 cudaGetErrorString(e));
+}
 
 __device__ __forceinline__ float load(const void* p, DType d, int64_t i) {
     switch (d) {

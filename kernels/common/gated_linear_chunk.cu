@@ -479,12 +479,6 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess)
-        throw std::runtime_error(std::string("CUDA error in ") + what + ": " +
-                                 cudaGetErrorString(e));
-}
-
 int64_t state_bytes(const GatedLinearProblem& p) {
     const int64_t elem = p.state == DType::f32 ? 4 : 2;
     return chunk_slots(p.seqs, p.chunk) * p.heads * p.dk * p.dv * elem;
@@ -505,7 +499,7 @@ void launch_states(const GatedLinearProblem& p, const Strided& xs, const Strided
     const dim3 grid(unsigned(p.seqs.n * p.heads), unsigned((p.dk + kStateKeys - 1) / kStateKeys),
                     unsigned((p.dv + kTile - 1) / kTile));
     chunk_states<Reverse><<<grid, kThreads, 0, stream>>>(p, xs, ys, start, end, states);
-    check(cudaGetLastError(), Reverse ? "gated linear chunk dh" : "gated linear chunk h");
+    check_cuda(cudaGetLastError(), Reverse ? "gated linear chunk dh" : "gated linear chunk h");
 }
 
 /// Launches a per-chunk kernel (one block per chunk slot and head) with `bytes` of dynamic
@@ -515,10 +509,11 @@ void launch_chunks(void (*kernel)(Params...), size_t bytes, const GatedLinearPro
                    cudaStream_t stream, const char* what, Args... args) {
     const int64_t slots = chunk_slots(p.seqs, p.chunk);
     if (slots == 0) return;
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
-          what);
+    check_cuda(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+        what);
     kernel<<<dim3(unsigned(slots), unsigned(p.heads)), kThreads, bytes, stream>>>(args...);
-    check(cudaGetLastError(), what);
+    check_cuda(cudaGetLastError(), what);
 }
 
 }  // namespace
@@ -557,6 +552,7 @@ void gated_linear_chunk_bwd(const GatedLinearProblem& p, const GatedLinearGrads&
         gated_linear_tc_state_grads(p, d, dhs, stream);
     else
         launch_states<true>(p, p.q, d.d_o, d.dht, d.dh0, dhs, stream);
+    if (gated_linear_tc_grads_fit(p, d)) return gated_linear_tc_grads(p, d, hs, dhs, stream);
     launch_chunks(chunk_grads, sizeof(GradTiles), p, stream, "gated linear chunk grads", p, d,
                   static_cast<const void*>(hs), static_cast<const void*>(dhs));
 }

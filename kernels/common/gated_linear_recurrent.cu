@@ -243,12 +243,6 @@ __global__ void recurrent_bwd_finish(GatedLinearProblem p, GatedLinearGrads d, c
     }
 }
 
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess)
-        throw std::runtime_error(std::string("CUDA error in ") + what + ": " +
-                                 cudaGetErrorString(e));
-}
-
 dim3 grid_of(const GatedLinearProblem& p) {
     return dim3(unsigned(p.seqs.n * p.heads),
                 unsigned((p.dv + kWarps * kCols - 1) / (kWarps * kCols)));
@@ -278,7 +272,7 @@ void gated_linear_recurrent_fwd(const GatedLinearProblem& p, cudaStream_t stream
     dispatch_keys(p.dk, [&](auto kpl) {
         recurrent_fwd<decltype(kpl)::value><<<grid_of(p), kWarps * 32, 0, stream>>>(p);
     });
-    check(cudaGetLastError(), "gated_linear_recurrent_fwd");
+    check_cuda(cudaGetLastError(), "gated_linear_recurrent_fwd");
 }
 
 void gated_linear_recurrent_bwd(const GatedLinearProblem& p, const GatedLinearGrads& d,
@@ -288,8 +282,9 @@ void gated_linear_recurrent_bwd(const GatedLinearProblem& p, const GatedLinearGr
     float* dq = d.workspace;
     float* dk = dq + n;
     float* hterm = dk + n;
-    check(cudaMemsetAsync(d.workspace, 0, gated_linear_workspace_floats(p) * sizeof(float), stream),
-          "gated_linear_recurrent_bwd (workspace)");
+    check_cuda(
+        cudaMemsetAsync(d.workspace, 0, gated_linear_workspace_floats(p) * sizeof(float), stream),
+        "gated_linear_recurrent_bwd (workspace)");
     if (p.dv > 0)
         dispatch_keys(p.dk, [&](auto kpl) {
             constexpr int KPL = decltype(kpl)::value;
@@ -298,7 +293,7 @@ void gated_linear_recurrent_bwd(const GatedLinearProblem& p, const GatedLinearGr
         });
     const int threads = (p.dk + 31) / 32 * 32;
     recurrent_bwd_finish<<<unsigned(p.seqs.n * p.heads), threads, 0, stream>>>(p, d, dq, dk, hterm);
-    check(cudaGetLastError(), "gated_linear_recurrent_bwd");
+    check_cuda(cudaGetLastError(), "gated_linear_recurrent_bwd");
 }
 
 }  // namespace lav::cuda

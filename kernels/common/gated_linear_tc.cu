@@ -23,8 +23,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "common/cuda_tensor.cuh"
 #include "common/gated_linear_tc.h"
+#include "common/tensor_core.cuh"
 
 namespace lav::cuda {
 namespace {
@@ -34,44 +34,6 @@ constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
 // per scheduler hide each other's latencies
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-
-/// The 16-bit element type T of the mma operands.
-template <typename T>
-struct Half16;
-
-template <>
-struct Half16<__nv_bfloat16> {
-    static constexpr DType dtype = DType::bf16;
-    static __device__ __forceinline__ __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
-    static __device__ __forceinline__ float to(__nv_bfloat16 x) { return __bfloat162float(x); }
-    static __device__ __forceinline__ uint32_t bits(__nv_bfloat16 x) {
-        return __bfloat16_as_ushort(x);
-    }
-    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
-                                               const uint32_t (&b)[2]) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-};
-
-template <>
-struct Half16<__half> {
-    static constexpr DType dtype = DType::f16;
-    static __device__ __forceinline__ __half from(float x) { return __float2half_rn(x); }
-    static __device__ __forceinline__ float to(__half x) { return __half2float(x); }
-    static __device__ __forceinline__ uint32_t bits(__half x) { return __half_as_ushort(x); }
-    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
-                                               const uint32_t (&b)[2]) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-};
 
 /// Shared memory of one block. Operands are stored with the contraction axis contiguous, so
 /// that every fragment element pair is one 32-bit load; pitches of 8 extra elements put the
@@ -96,83 +58,6 @@ struct Tiles {
     alignas(16) float g[kRows][KT + 4];  // per-key gate cumsum G
     float grow[kRows];                   // per-row gate cumsum G
 };
-
-template <typename T>
-__device__ __forceinline__ uint32_t word(const T* x) {
-    return *reinterpret_cast<const uint32_t*>(x);
-}
-
-template <typename T>
-__device__ __forceinline__ float2 to_float2(uint32_t w);
-
-template <>
-__device__ __forceinline__ float2 to_float2<__nv_bfloat16>(uint32_t w) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
-}
-
-template <>
-__device__ __forceinline__ float2 to_float2<__half>(uint32_t w) {
-    return __half22float2(*reinterpret_cast<const __half2*>(&w));
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t pair(float lo, float hi) {
-    return Half16<T>::bits(Half16<T>::from(lo)) | Half16<T>::bits(Half16<T>::from(hi)) << 16;
-}
-
-/// The A fragment (rows r0 + [0, 16), contraction c0 + [0, 16)) of a row-major tile.
-template <typename T, int P>
-__device__ __forceinline__ void fragment_a(uint32_t (&a)[4], const T (*x)[P], int r0, int c0) {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    a[0] = word(&x[r0 + g][c0 + 2 * t]);
-    a[1] = word(&x[r0 + g + 8][c0 + 2 * t]);
-    a[2] = word(&x[r0 + g][c0 + 2 * t + 8]);
-    a[3] = word(&x[r0 + g + 8][c0 + 2 * t + 8]);
-}
-
-/// The B fragment (columns n0 + [0, 8), contraction c0 + [0, 16)) of a tile stored
-/// [column][contraction].
-template <typename T, int P>
-__device__ __forceinline__ void fragment_b(uint32_t (&b)[2], const T (*y)[P], int n0, int c0) {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    b[0] = word(&y[n0 + g][c0 + 2 * t]);
-    b[1] = word(&y[n0 + g][c0 + 2 * t + 8]);
-}
-
-/// 16 bytes from global to shared memory without a trip through registers (sm_80's
-/// cp.async), or 16 zero bytes when !valid; complete after copies_wait().
-__device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
-    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void copies_wait() { asm volatile("cp.async.wait_all;\n" ::); }
-
-/// Rows [0, kRows) × columns [col0, col0 + W) of x (E-typed elements) in chunk (s, c0, len),
-/// head h, into the row-major tile dst of pitch P; zeros past the chunk's end or x's width.
-/// With `vec` (every row 16-byte aligned, widths a whole number of 16 bytes) the copies are
-/// asynchronous, all of a chunk's in flight at once; otherwise element by element, widened
-/// to D.
-template <typename E, typename D, int W, int P>
-__device__ void load_rows(D (*dst)[P], const Strided& x, const Span& s, int64_t c0, int len, int h,
-                          int col0, int width, bool vec) {
-    constexpr int kVec = 16 / sizeof(E);
-    const E* base = static_cast<const E*>(x.data);
-    if (vec && sizeof(D) == sizeof(E)) {
-        for (int e = threadIdx.x; e < kRows * W / kVec; e += kThreads) {
-            const int r = e / (W / kVec), c = e % (W / kVec) * kVec;
-            const bool valid = r < len && col0 + c < width;
-            copy16(&dst[r][c], valid ? base + at(x, s, c0 + r, h) + col0 + c : base, valid);
-        }
-        return;
-    }
-    for (int e = threadIdx.x; e < kRows * W; e += kThreads) {
-        const int r = e / W, c = e % W;
-        const bool valid = r < len && col0 + c < width;
-        dst[r][c] = D(valid ? load(x.data, x.dtype, at(x, s, c0 + r, h) + col0 + c) : 0.f);
-    }
-}
 
 template <typename T, int KT, int BV, bool PerKey>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -219,14 +104,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int len = int(s.len - c0 < p.chunk ? s.len - c0 : p.chunk);
         __syncthreads();  // the previous chunk's tiles are read
 
-        if (outputs) load_rows<T, T, KT>(t.q, p.q, s, c0, len, h, 0, p.dk, vec);
-        load_rows<T, T, KT>(t.k, p.k, s, c0, len, h, 0, p.dk, vec);
-        load_rows<T, T, BV>(t.v_rows, p.v, s, c0, len, h, v0, p.dv, vec);
+        if (outputs) load_rows<T, T, kRows, KT>(t.q, p.q, s, c0, len, h, 0, p.dk, vec);
+        load_rows<T, T, kRows, KT>(t.k, p.k, s, c0, len, h, 0, p.dk, vec);
+        load_rows<T, T, kRows, BV>(t.v_rows, p.v, s, c0, len, h, v0, p.dv, vec);
         if (PerKey && g16)
-            load_rows<unsigned short, unsigned short, KT>(t.g_rows, p.g, s, c0, len, h, 0, p.dk,
-                                                          true);
+            load_rows<unsigned short, unsigned short, kRows, KT>(t.g_rows, p.g, s, c0, len, h, 0,
+                                                                 p.dk, true);
         else if (PerKey)
-            load_rows<float, float, KT>(t.g, p.g, s, c0, len, h, 0, p.dk, g_vec);
+            load_rows<float, float, kRows, KT>(t.g, p.g, s, c0, len, h, 0, p.dk, g_vec);
         // while the copies fly: the state entering the chunk, as stored, to `states`, and
         // split for q·h
         const int64_t slot = (first + chunk) * p.heads + h;
@@ -487,30 +372,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
 }
 
-void check(cudaError_t e, const char* what) {
-    if (e != cudaSuccess)
-        throw std::runtime_error(std::string("CUDA error in ") + what + ": " +
-                                 cudaGetErrorString(e));
-}
-
-/// Whether every row of x starts 16-byte aligned and `width` elements are whole 16 bytes.
-bool rows_aligned(const Strided& x, int width) {
-    const int per16 = x.dtype == DType::f32 ? 4 : 8;
-    return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.sb % per16 == 0 &&
-           x.st % per16 == 0 && x.sh % per16 == 0 && width % per16 == 0;
-}
-
 template <typename T, int KT, int BV, bool PerKey>
 void launch(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
     const auto kernel = chunk_forward<T, KT, BV, PerKey>;
     const int bytes = int(sizeof(Tiles<T, KT, BV>));
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-          "gated linear tensor-core forward");
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+               "gated linear tensor-core forward");
     const bool vec = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk) && rows_aligned(p.v, p.dv);
     const dim3 grid(unsigned(p.seqs.n * p.heads), unsigned((p.dv + BV - 1) / BV));
     const bool g_vec = p.gate == Gate::per_key && rows_aligned(p.g, p.dk);
     kernel<<<grid, kThreads, bytes, stream>>>(p, states, reverse, vec, g_vec);
-    check(cudaGetLastError(), "gated linear tensor-core forward");
+    check_cuda(cudaGetLastError(), "gated linear tensor-core forward");
 }
 
 template <typename T, int KT>
@@ -518,9 +390,9 @@ void launch_keys(const GatedLinearProblem& p, void* states, bool reverse, cudaSt
     // narrower value tiles when wide ones would leave streaming multiprocessors idle and
     // narrow ones still run in one wave
     int device = 0, sms = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-          "cudaDeviceGetAttribute");
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+               "cudaDeviceGetAttribute");
     const bool narrow = p.seqs.n * p.heads * ((p.dv + 31) / 32) <= sms;
     const bool per_key = p.gate == Gate::per_key;
     if (narrow)

@@ -1,4 +1,4 @@
-// kernels/common/gated_linear_tc.h — the tensor-core chunk forward of the gated linear recurrence.
+// kernels/common/gated_linear_tc.h — the tensor-core chunk kernels of the gated linear recurrence.
 //
 // Internal to kernels/common: gated_linear_chunk.cu takes it for 16-bit inputs and keys up to
 // kMaxTensorCoreKeys wide, and keeps its fp32 FMA kernels for the rest.
@@ -30,5 +30,14 @@ bool gated_linear_tc_state_grads_fit(const GatedLinearProblem& p, const GatedLin
 /// the last dS in d.dh0 when set; the fp32 key operand goes in as two 16-bit halves.
 void gated_linear_tc_state_grads(const GatedLinearProblem& p, const GatedLinearGrads& d, void* dhs,
                                  cudaStream_t stream);
+
+/// Whether the backward's per-chunk gradients fit: gated_linear_tc_state_grads_fit(p, d) and
+/// a per-row gate.
+bool gated_linear_tc_grads_fit(const GatedLinearProblem& p, const GatedLinearGrads& d);
+
+/// dq, dk, dv and dg of every chunk from the stored states `hs` entering the chunks and the
+/// gradients `dhs` of the states leaving them (the chunk variant's slot layout, state dtype).
+void gated_linear_tc_grads(const GatedLinearProblem& p, const GatedLinearGrads& d, const void* hs,
+                           const void* dhs, cudaStream_t stream);
 
 }  // namespace lav::cuda

@@ -218,12 +218,7 @@ dim3 grid_of(const HgrnProblem& p) {
     return dim3(unsigned(p.seqs.n * p.heads), unsigned((p.width + kThreads - 1) / kThreads));
 }
 
-void check(const char* what) {
-    const cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        throw std::runtime_error(std::string("CUDA error in ") + what + ": " +
-                                 cudaGetErrorString(e));
-}
+void check(const char* what) { check_cuda(cudaGetLastError(), what); }
 
 }  // namespace
 

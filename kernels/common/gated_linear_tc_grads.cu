@@ -1,0 +1,344 @@
+// kernels/common/gated_linear_tc_grads.cu — the chunk backward's per-chunk gradients on tensor
+// cores, for a per-row gate (simple_gla: none, g, g_gamma) and fp16/bf16 inputs.
+//
+// One block per (chunk, head), as chunk_grads in gated_linear_chunk.cu, with the same formulas
+// and the same contract: scores and their gradients stay fp32, and the stored states h and dh
+// are read as stored. fp32 operands (the scores, and the states unless stored in the input
+// dtype) enter the mma as two 16-bit halves, hi + lo, so each product keeps ~16 significant
+// bits; 16-bit inputs enter exactly.
+//   dq = scale·exp(G) ⊙ (d_o hᵀ) + dA k        dA = scale · masked d_o vᵀ ⊙ exp(G_i − G_j)
+//   dk = exp(Λ − G) ⊙ (v dhᵀ) + dAᵀ q          A  = scale · masked q kᵀ ⊙ exp(G_i − G_j)
+//   dv = exp(Λ − G) ⊙ (k dh) + Aᵀ d_o
+//   dg = reverse cumsum of Σ_d (q ⊙ dq − k ⊙ dk), plus exp(Λ) Σ h ⊙ dh + Σ k ⊙ dk_inter
+#include <cuda_runtime.h>
+
+#include "common/gated_linear_tc.h"
+#include "common/tensor_core.cuh"
+
+namespace lav::cuda {
+namespace {
+
+constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
+// warp w takes rows [16·(w % 4), + 16) of a chunk and half w / 4 of the key or value columns
+constexpr int kThreads = 256;
+constexpr int kTileV = 64;  // value columns per pass
+
+template <typename T, int KT>
+struct GradTiles {
+    static constexpr int PK = KT + 8, PV = kTileV + 8, PS = kRows + 4;
+    alignas(16) T q[kRows][PK];
+    alignas(16) T k[kRows][PK];
+    alignas(16) T v[kRows][PV];
+    alignas(16) T d_o[kRows][PV];
+    // stored states entering (h) and the gradient of the state leaving (dh) the chunk, one
+    // value tile, [key][column], split
+    alignas(16) T h_hi[KT][PV], h_lo[KT][PV], dh_hi[KT][PV], dh_lo[KT][PV];
+    float A[kRows][PS], dA[kRows][PS];  // masked, decayed, scaled; fp32
+    float G[kRows];
+    float dGq[2][kRows], dGk[2][kRows];  // per column half: Σ_d q ⊙ dq and Σ_d k ⊙ dk
+    float hdh[kThreads / 32], kdk[kThreads / 32];  // per warp: Σ h ⊙ dh, Σ k ⊙ dk_inter
+};
+
+/// Element (key, v0 + c) of the [K, V] state at `base`, as stored; 0 outside it.
+__device__ __forceinline__ float state_at(const void* src, DType dtype, int64_t base, int key,
+                                          int col, const GatedLinearProblem& p) {
+    return key < p.dk && col < p.dv ? load(src, dtype, base + int64_t(key) * p.dv + col) : 0.f;
+}
+
+/// x split into the two halves of a shared tile.
+template <typename T, int P>
+__device__ __forceinline__ void put_split(T (*hi)[P], T (*lo)[P], int r, int c, float x) {
+    using H = Half16<T>;
+    const T x_hi = H::from(x);
+    hi[r][c] = x_hi;
+    lo[r][c] = H::from(x - H::to(x_hi));
+}
+
+template <typename T, int KT>
+__global__ void __launch_bounds__(kThreads, 1)
+    chunk_grads_tc(GatedLinearProblem p, GatedLinearGrads d, const void* hs, const void* dhs,
+                   bool vec_qk, bool vec_vo) {
+    using H = Half16<T>;
+    using Tile = GradTiles<T, KT>;
+    constexpr int NK = KT / 16;  // 8-column tiles per warp: half the keys
+    constexpr int NV = kTileV / 16;
+    extern __shared__ float4 smem[];
+    Tile& t = *reinterpret_cast<Tile*>(smem);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g8 = lane / 4, t4 = lane % 4;
+    const int block = warp % 4, half = warp / 4, r0 = 16 * block;
+    const int kc0 = half * KT / 2, vc0 = half * kTileV / 2;
+    const int h = blockIdx.y;
+    const Chunk ch = chunk_at(p.seqs, p.chunk, blockIdx.x);
+    if (ch.len == 0) return;
+    const int len = ch.len;
+    const int64_t base = (int64_t(blockIdx.x) * p.heads + h) * p.dk * p.dv;
+    const bool split = p.state != H::dtype;
+    // accumulator element e of a tile: row r0 + g8 (+8 for e ≥ 2), column 2·t4 (+1 for odd e)
+    const auto row_of = [&](int e) { return r0 + g8 + (e & 2) * 4; };
+    const auto col_of = [&](int e) { return 2 * t4 + (e & 1); };
+
+    load_rows<T, T, kRows, KT>(t.q, p.q, ch.s, ch.c0, len, h, 0, p.dk, vec_qk);
+    load_rows<T, T, kRows, KT>(t.k, p.k, ch.s, ch.c0, len, h, 0, p.dk, vec_qk);
+    if (threadIdx.x < kRows) {
+        const int i = threadIdx.x;
+        float x = 0.f;
+        if (i < len && p.gate == Gate::per_head)
+            x = load(p.g.data, p.g.dtype, at(p.g, ch.s, ch.c0 + i, h));
+        if (p.gate == Gate::constant) x = p.g_gamma[h] * float((i < len ? i : len - 1) + 1);
+        t.G[i] = x;
+    }
+    __syncthreads();
+    if (p.gate == Gate::per_head && threadIdx.x == 0) {
+        float acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) t.G[i] = acc += t.G[i];
+    }
+
+    // over the value tiles: dA = d_o vᵀ, dq_inter = d_o hᵀ, dk_inter = v dhᵀ, Σ h ⊙ dh
+    float dA[4][4] = {}, dq[NK][4] = {}, dk[NK][4] = {};
+    float hdh = 0.f;
+    for (int v0 = 0; v0 < p.dv; v0 += kTileV) {
+        __syncthreads();  // the previous tiles are read
+        load_rows<T, T, kRows, kTileV>(t.v, p.v, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
+        load_rows<T, T, kRows, kTileV>(t.d_o, d.d_o, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
+        for (int e = threadIdx.x; e < KT * kTileV; e += kThreads) {
+            const int key = e / kTileV, c = e % kTileV;
+            const float x = state_at(hs, p.state, base, key, v0 + c, p);
+            const float y = state_at(dhs, p.state, base, key, v0 + c, p);
+            put_split(t.h_hi, t.h_lo, key, c, x);
+            put_split(t.dh_hi, t.dh_lo, key, c, y);
+            hdh += x * y;
+        }
+        copies_wait();
+        __syncthreads();
+        for (int kk = 0; kk < kTileV; kk += 16) {
+            uint32_t a_do[4], a_v[4];
+            fragment_a(a_do, t.d_o, r0, kk);
+            fragment_a(a_v, t.v, r0, kk);
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                const int c = 2 * m + half;  // score tiles alternate between the two warps
+                if (c > 2 * block + 1) break;
+                uint32_t b[2];
+                fragment_b(b, t.v, 8 * c, kk);
+                H::mma(dA[m], a_do, b);
+            }
+#pragma unroll
+            for (int c = 0; c < NK; ++c) {
+                uint32_t b[2];
+                fragment_b(b, t.h_hi, kc0 + 8 * c, kk);
+                H::mma(dq[c], a_do, b);
+                fragment_b(b, t.dh_hi, kc0 + 8 * c, kk);
+                H::mma(dk[c], a_v, b);
+                if (!split) continue;
+                fragment_b(b, t.h_lo, kc0 + 8 * c, kk);
+                H::mma(dq[c], a_do, b);
+                fragment_b(b, t.dh_lo, kc0 + 8 * c, kk);
+                H::mma(dk[c], a_v, b);
+            }
+        }
+    }
+
+    // A = q kᵀ; both score tiles masked, decayed and scaled into shared memory
+    {
+        float A[4][4] = {};
+        for (int kk = 0; kk < KT; kk += 16) {
+            uint32_t a[4];
+            fragment_a(a, t.q, r0, kk);
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                const int c = 2 * m + half;
+                if (c > 2 * block + 1) break;
+                uint32_t b[2];
+                fragment_b(b, t.k, 8 * c, kk);
+                H::mma(A[m], a, b);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            const int c = 2 * m + half;
+            if (c > 2 * block + 1) break;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = row_of(e), j = 8 * c + col_of(e);
+                // mask before exp: above the diagonal G_i − G_j > 0 can overflow
+                const float w = j <= i && i < len ? __expf(t.G[i] - t.G[j]) * p.scale : 0.f;
+                t.A[i][j] = A[m][e] * w;
+                t.dA[i][j] = dA[m][e] * w;
+            }
+        }
+    }
+    // the inter-chunk parts, decayed; Σ k ⊙ dk_inter for dg
+    float kdk = 0.f;
+    const float last = t.G[kRows - 1];
+#pragma unroll
+    for (int c = 0; c < NK; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = row_of(e), key = kc0 + 8 * c + col_of(e);
+            dq[c][e] *= __expf(t.G[i]) * p.scale;
+            dk[c][e] *= __expf(last - t.G[i]);
+            kdk += H::to(t.k[i][key]) * dk[c][e];
+        }
+    __syncthreads();  // A and dA are complete
+
+    // intra-chunk parts: dq += dA k over j < r0 + 16, dk += dAᵀ q over i ≥ r0
+    for (int kk = 0; kk <= r0; kk += 16) {
+        uint32_t hi[4], lo[4];
+        fragment_a_split<T, false>(hi, lo, t.dA, r0, kk);
+#pragma unroll
+        for (int c = 0; c < NK; ++c) {
+            uint32_t b[2];
+            fragment_b_rows(b, t.k, kk, kc0 + 8 * c);
+            H::mma(dq[c], hi, b);
+            H::mma(dq[c], lo, b);
+        }
+    }
+    for (int kk = r0; kk < kRows; kk += 16) {
+        uint32_t hi[4], lo[4];
+        fragment_a_split<T, true>(hi, lo, t.dA, r0, kk);
+#pragma unroll
+        for (int c = 0; c < NK; ++c) {
+            uint32_t b[2];
+            fragment_b_rows(b, t.q, kk, kc0 + 8 * c);
+            H::mma(dk[c], hi, b);
+            H::mma(dk[c], lo, b);
+        }
+    }
+    float qdq[2] = {}, kdk_rows[2] = {};
+#pragma unroll
+    for (int c = 0; c < NK; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = row_of(e), key = kc0 + 8 * c + col_of(e);
+            qdq[e / 2] += H::to(t.q[i][key]) * dq[c][e];
+            kdk_rows[e / 2] += H::to(t.k[i][key]) * dk[c][e];
+            if (i < len && key < p.dk) {
+                store(d.dq.data, d.dq.dtype, at(d.dq, ch.s, ch.c0 + i, h) + key, dq[c][e]);
+                store(d.dk.data, d.dk.dtype, at(d.dk, ch.s, ch.c0 + i, h) + key, dk[c][e]);
+            }
+        }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        // the four lanes of a row hold its columns
+        for (int o = 1; o < 4; o *= 2) {
+            qdq[r] += __shfl_xor_sync(0xffffffffu, qdq[r], o);
+            kdk_rows[r] += __shfl_xor_sync(0xffffffffu, kdk_rows[r], o);
+        }
+        if (t4 == 0) {
+            t.dGq[half][r0 + g8 + 8 * r] = qdq[r];
+            t.dGk[half][r0 + g8 + 8 * r] = kdk_rows[r];
+        }
+    }
+    hdh = warp_sum(hdh);
+    kdk = warp_sum(kdk);
+    if (lane == 0) t.hdh[warp] = hdh, t.kdk[warp] = kdk;
+
+    // dv, one value tile at a time; a single tile is still in shared memory
+    for (int v0 = 0; v0 < p.dv; v0 += kTileV) {
+        if (p.dv > kTileV) {
+            __syncthreads();
+            load_rows<T, T, kRows, kTileV>(t.d_o, d.d_o, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
+            for (int e = threadIdx.x; e < KT * kTileV; e += kThreads) {
+                const int key = e / kTileV, c = e % kTileV;
+                put_split(t.dh_hi, t.dh_lo, key, c, state_at(dhs, p.state, base, key, v0 + c, p));
+            }
+            copies_wait();
+            __syncthreads();
+        }
+        float dv[NV][4] = {};
+        for (int kk = 0; kk < KT; kk += 16) {
+            uint32_t a[4];
+            fragment_a(a, t.k, r0, kk);
+#pragma unroll
+            for (int c = 0; c < NV; ++c) {
+                uint32_t b[2];
+                fragment_b_rows(b, t.dh_hi, kk, vc0 + 8 * c);
+                H::mma(dv[c], a, b);
+                if (!split) continue;
+                fragment_b_rows(b, t.dh_lo, kk, vc0 + 8 * c);
+                H::mma(dv[c], a, b);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < NV; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dv[c][e] *= __expf(last - t.G[row_of(e)]);
+        for (int kk = r0; kk < kRows; kk += 16) {
+            uint32_t hi[4], lo[4];
+            fragment_a_split<T, true>(hi, lo, t.A, r0, kk);
+#pragma unroll
+            for (int c = 0; c < NV; ++c) {
+                uint32_t b[2];
+                fragment_b_rows(b, t.d_o, kk, vc0 + 8 * c);
+                H::mma(dv[c], hi, b);
+                H::mma(dv[c], lo, b);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < NV; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int j = row_of(e), col = v0 + vc0 + 8 * c + col_of(e);
+                if (j < len && col < p.dv)
+                    store(d.dv.data, d.dv.dtype, at(d.dv, ch.s, ch.c0 + j, h) + col, dv[c][e]);
+            }
+    }
+
+    // dg of a per-step gate: dG summed from the chunk's end
+    __syncthreads();
+    if (p.gate != Gate::per_head || threadIdx.x != 0) return;
+    float state_carry = 0.f, k_carry = 0.f;
+    for (int w = 0; w < kThreads / 32; ++w) state_carry += t.hdh[w], k_carry += t.kdk[w];
+    const auto dG = [&](int i) { return t.dGq[0][i] + t.dGq[1][i] - (t.dGk[0][i] + t.dGk[1][i]); };
+    float run = dG(len - 1) + (__expf(last) * state_carry + k_carry);
+    for (int i = len - 1;; --i) {
+        store(d.dg.data, d.dg.dtype, at(d.dg, ch.s, ch.c0 + i, h), run);
+        if (i == 0) break;
+        run += dG(i - 1);
+    }
+}
+
+template <typename T, int KT>
+void launch(const GatedLinearProblem& p, const GatedLinearGrads& d, const void* hs, const void* dhs,
+            cudaStream_t stream) {
+    const auto kernel = chunk_grads_tc<T, KT>;
+    const int bytes = int(sizeof(GradTiles<T, KT>));
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+               "gated linear tensor-core grads");
+    const int64_t slots = chunk_slots(p.seqs, p.chunk);
+    if (slots == 0) return;
+    const bool vec_qk = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk);
+    const bool vec_vo = rows_aligned(p.v, p.dv) && rows_aligned(d.d_o, p.dv);
+    kernel<<<dim3(unsigned(slots), unsigned(p.heads)), kThreads, bytes, stream>>>(p, d, hs, dhs,
+                                                                                  vec_qk, vec_vo);
+    check_cuda(cudaGetLastError(), "gated linear tensor-core grads");
+}
+
+template <typename T>
+void launch_keys(const GatedLinearProblem& p, const GatedLinearGrads& d, const void* hs,
+                 const void* dhs, cudaStream_t stream) {
+    if (p.dk <= 64)
+        launch<T, 64>(p, d, hs, dhs, stream);
+    else
+        launch<T, 128>(p, d, hs, dhs, stream);
+}
+
+}  // namespace
+
+bool gated_linear_tc_grads_fit(const GatedLinearProblem& p, const GatedLinearGrads& d) {
+    return gated_linear_tc_state_grads_fit(p, d) && p.gate != Gate::per_key;
+}
+
+void gated_linear_tc_grads(const GatedLinearProblem& p, const GatedLinearGrads& d, const void* hs,
+                           const void* dhs, cudaStream_t stream) {
+    if (!gated_linear_tc_grads_fit(p, d))
+        throw std::invalid_argument("gated linear tensor-core grads: inputs do not fit");
+    if (p.seqs.n == 0 || p.heads == 0 || p.dv == 0) return;
+    if (p.q.dtype == DType::bf16)
+        launch_keys<__nv_bfloat16>(p, d, hs, dhs, stream);
+    else
+        launch_keys<__half>(p, d, hs, dhs, stream);
+}
+
+}  // namespace lav::cuda

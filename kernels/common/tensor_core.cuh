@@ -1,0 +1,166 @@
+// kernels/common/tensor_core.cuh — mma.sync building blocks shared by the tensor-core kernels:
+// 16-bit operand types, fragment loads from shared memory, fp32 operands split into two 16-bit
+// halves, and asynchronous tile copies.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "common/cuda_tensor.cuh"
+
+namespace lav::cuda {
+
+/// The 16-bit element type T of the mma operands.
+template <typename T>
+struct Half16;
+
+template <>
+struct Half16<__nv_bfloat16> {
+    static constexpr DType dtype = DType::bf16;
+    static __device__ __forceinline__ __nv_bfloat16 from(float x) { return __float2bfloat16_rn(x); }
+    static __device__ __forceinline__ float to(__nv_bfloat16 x) { return __bfloat162float(x); }
+    static __device__ __forceinline__ uint32_t bits(__nv_bfloat16 x) {
+        return __bfloat16_as_ushort(x);
+    }
+    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
+                                               const uint32_t (&b)[2]) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+
+template <>
+struct Half16<__half> {
+    static constexpr DType dtype = DType::f16;
+    static __device__ __forceinline__ __half from(float x) { return __float2half_rn(x); }
+    static __device__ __forceinline__ float to(__half x) { return __half2float(x); }
+    static __device__ __forceinline__ uint32_t bits(__half x) { return __half_as_ushort(x); }
+    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4],
+                                               const uint32_t (&b)[2]) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t word(const T* x) {
+    return *reinterpret_cast<const uint32_t*>(x);
+}
+
+template <typename T>
+__device__ __forceinline__ float2 to_float2(uint32_t w);
+
+template <>
+__device__ __forceinline__ float2 to_float2<__nv_bfloat16>(uint32_t w) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+}
+
+template <>
+__device__ __forceinline__ float2 to_float2<__half>(uint32_t w) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&w));
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pair(float lo, float hi) {
+    return Half16<T>::bits(Half16<T>::from(lo)) | Half16<T>::bits(Half16<T>::from(hi)) << 16;
+}
+
+/// The A fragment (rows r0 + [0, 16), contraction c0 + [0, 16)) of a row-major tile.
+template <typename T, int P>
+__device__ __forceinline__ void fragment_a(uint32_t (&a)[4], const T (*x)[P], int r0, int c0) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    a[0] = word(&x[r0 + g][c0 + 2 * t]);
+    a[1] = word(&x[r0 + g + 8][c0 + 2 * t]);
+    a[2] = word(&x[r0 + g][c0 + 2 * t + 8]);
+    a[3] = word(&x[r0 + g + 8][c0 + 2 * t + 8]);
+}
+
+/// The B fragment (columns n0 + [0, 8), contraction c0 + [0, 16)) of a tile stored
+/// [column][contraction].
+template <typename T, int P>
+__device__ __forceinline__ void fragment_b(uint32_t (&b)[2], const T (*y)[P], int n0, int c0) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    b[0] = word(&y[n0 + g][c0 + 2 * t]);
+    b[1] = word(&y[n0 + g][c0 + 2 * t + 8]);
+}
+
+/// 16 bytes from global to shared memory without a trip through registers (sm_80's
+/// cp.async), or 16 zero bytes when !valid; complete after copies_wait().
+__device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
+    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void copies_wait() { asm volatile("cp.async.wait_all;\n" ::); }
+
+/// Rows [0, Rows) × columns [col0, col0 + W) of x (E-typed elements) in chunk (s, c0, len),
+/// head h, into the row-major tile dst of pitch P; zeros past the chunk's end or x's width.
+/// With `vec` (every row 16-byte aligned, widths a whole number of 16 bytes) the copies are
+/// asynchronous, all of a chunk's in flight at once; otherwise element by element, widened
+/// to D.
+template <typename E, typename D, int Rows, int W, int P>
+__device__ void load_rows(D (*dst)[P], const Strided& x, const Span& s, int64_t c0, int len, int h,
+                          int col0, int width, bool vec) {
+    constexpr int kVec = 16 / sizeof(E);
+    const E* base = static_cast<const E*>(x.data);
+    if (vec && sizeof(D) == sizeof(E)) {
+        for (int e = threadIdx.x; e < Rows * W / kVec; e += blockDim.x) {
+            const int r = e / (W / kVec), c = e % (W / kVec) * kVec;
+            const bool valid = r < len && col0 + c < width;
+            copy16(&dst[r][c], valid ? base + at(x, s, c0 + r, h) + col0 + c : base, valid);
+        }
+        return;
+    }
+    for (int e = threadIdx.x; e < Rows * W; e += blockDim.x) {
+        const int r = e / W, c = e % W;
+        const bool valid = r < len && col0 + c < width;
+        dst[r][c] = D(valid ? load(x.data, x.dtype, at(x, s, c0 + r, h) + col0 + c) : 0.f);
+    }
+}
+
+/// The B fragment (contraction k0 + [0, 16), columns n0 + [0, 8)) of a tile stored
+/// [contraction][column], transposed on the way by ldmatrix.
+template <typename T, int P>
+__device__ __forceinline__ void fragment_b_rows(uint32_t (&b)[2], const T (*x)[P], int k0, int n0) {
+    // lanes 0-7 address the rows of the first 8×8 matrix, lanes 8-15 those of the second
+    const unsigned at =
+        static_cast<unsigned>(__cvta_generic_to_shared(&x[k0 + threadIdx.x % 16][n0]));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(at));
+}
+
+/// The A fragment (rows r0 + [0, 16), contraction c0 + [0, 16)) of an fp32 tile x, or of xᵀ
+/// when Transposed, as two 16-bit halves hi + lo (~16 significant bits).
+template <typename T, bool Transposed, int P>
+__device__ __forceinline__ void fragment_a_split(uint32_t (&hi)[4], uint32_t (&lo)[4],
+                                                 const float (*x)[P], int r0, int c0) {
+    using H = Half16<T>;
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const int i = r0 + g + (u & 1) * 8, j = c0 + 2 * t + (u & 2) * 4;
+        const float x0 = Transposed ? x[j][i] : x[i][j];
+        const float x1 = Transposed ? x[j + 1][i] : x[i][j + 1];
+        hi[u] = pair<T>(x0, x1);
+        lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
+    }
+}
+
+/// Whether every row of x starts 16-byte aligned and `width` elements are whole 16 bytes.
+inline bool rows_aligned(const Strided& x, int width) {
+    const int per16 = x.dtype == DType::f32 ? 4 : 8;
+    return reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.sb % per16 == 0 &&
+           x.st % per16 == 0 && x.sh % per16 == 0 && width % per16 == 0;
+}
+
+}  // namespace lav::cuda
