@@ -32,7 +32,7 @@ void gated_linear_tc_state_grads(const GatedLinearProblem& p, const GatedLinearG
                                  cudaStream_t stream);
 
 /// Whether the backward's per-chunk gradients fit: gated_linear_tc_state_grads_fit(p, d) and
-/// a per-row gate.
+/// the device's shared memory holds the kernel's tiles.
 bool gated_linear_tc_grads_fit(const GatedLinearProblem& p, const GatedLinearGrads& d);
 
 /// dq, dk, dv and dg of every chunk from the stored states `hs` entering the chunks and the

@@ -1,15 +1,19 @@
 // kernels/common/gated_linear_tc_grads.cu — the chunk backward's per-chunk gradients on tensor
-// cores, for a per-row gate (simple_gla: none, g, g_gamma) and fp16/bf16 inputs.
+// cores, for simple_gla and gla with fp16/bf16 inputs.
 //
 // One block per (chunk, head), as chunk_grads in gated_linear_chunk.cu, with the same formulas
 // and the same contract: scores and their gradients stay fp32, and the stored states h and dh
-// are read as stored. fp32 operands (the scores, and the states unless stored in the input
-// dtype) enter the mma as two 16-bit halves, hi + lo, so each product keeps ~16 significant
-// bits; 16-bit inputs enter exactly.
-//   dq = scale·exp(G) ⊙ (d_o hᵀ) + dA k        dA = scale · masked d_o vᵀ ⊙ exp(G_i − G_j)
-//   dk = exp(Λ − G) ⊙ (v dhᵀ) + dAᵀ q          A  = scale · masked q kᵀ ⊙ exp(G_i − G_j)
-//   dv = exp(Λ − G) ⊙ (k dh) + Aᵀ d_o
-//   dg = reverse cumsum of Σ_d (q ⊙ dq − k ⊙ dk), plus exp(Λ) Σ h ⊙ dh + Σ k ⊙ dk_inter
+// are read as stored. fp32 operands (the scores, decayed keys and queries, and the states
+// unless stored in the input dtype) enter the mma as two 16-bit halves, hi + lo, so each
+// product keeps ~16 significant bits; 16-bit inputs enter exactly.
+//   dq = scale·exp(G) ⊙ (d_o hᵀ) + Σ_j dA_ij k_j ⊙ exp(G_i − G_j)      dA = scale · masked d_o vᵀ
+//   dk = exp(Λ − G) ⊙ (v dhᵀ) + Σ_i dA_ij q_i ⊙ exp(G_i − G_j)         A  = scale · masked q kᵀ
+//   dv = (k ⊙ exp(Λ − G)) dh + Aᵀ d_o
+//   dg = reverse cumsum of q ⊙ dq − k ⊙ dk, plus exp(Λ) Σ h ⊙ dh + Σ k ⊙ dk_inter at the end
+// A per-row gate (simple_gla) factors out of every sum: its decays scale the score tiles and
+// the rows. A per-key gate (gla) does not; as in the forward, blocks off the diagonal are
+// factored about a row of the diagonal block, every exponent ≤ 0, and the diagonal 16 × 16
+// blocks are summed element by element.
 #include <cuda_runtime.h>
 
 #include "common/gated_linear_tc.h"
@@ -23,20 +27,28 @@ constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
 constexpr int kThreads = 256;
 constexpr int kTileV = 64;  // value columns per pass
 
-template <typename T, int KT>
+template <typename T, int KT, bool PerKey>
 struct GradTiles {
-    static constexpr int PK = KT + 8, PV = kTileV + 8, PS = kRows + 4;
+    static constexpr int PK = KT + 8, PV = kTileV + 8, PS = kRows + 4, PG = KT + 4;
     alignas(16) T q[kRows][PK];
     alignas(16) T k[kRows][PK];
     alignas(16) T v[kRows][PV];
     alignas(16) T d_o[kRows][PV];
     // stored states entering (h) and the gradient of the state leaving (dh) the chunk, one
-    // value tile, [key][column], split
-    alignas(16) T h_hi[KT][PV], h_lo[KT][PV], dh_hi[KT][PV], dh_lo[KT][PV];
-    float A[kRows][PS], dA[kRows][PS];  // masked, decayed, scaled; fp32
-    float G[kRows];
+    // value tile, [key][column], split; h's space takes a per-key gate's dG once h is read
+    union alignas(16) {
+        struct {
+            T h_hi[KT][PV], h_lo[KT][PV];
+        };
+        float dG[PerKey ? kRows : 1][PG];
+    };
+    alignas(16) T dh_hi[KT][PV], dh_lo[KT][PV];
+    float A[kRows][PS], dA[kRows][PS];            // masked, decayed, scaled; fp32
+    alignas(16) float g[PerKey ? kRows : 1][PG];  // per-key gate cumsum G
+    float G[kRows];                               // per-row gate cumsum G
     float dGq[2][kRows], dGk[2][kRows];  // per column half: Σ_d q ⊙ dq and Σ_d k ⊙ dk
     float hdh[kThreads / 32], kdk[kThreads / 32];  // per warp: Σ h ⊙ dh, Σ k ⊙ dk_inter
+    float hdh_key[KT], kdk_key[KT];                // per key, for a per-key gate
 };
 
 /// Element (key, v0 + c) of the [K, V] state at `base`, as stored; 0 outside it.
@@ -54,12 +66,12 @@ __device__ __forceinline__ void put_split(T (*hi)[P], T (*lo)[P], int r, int c, 
     lo[r][c] = H::from(x - H::to(x_hi));
 }
 
-template <typename T, int KT>
+template <typename T, int KT, bool PerKey>
 __global__ void __launch_bounds__(kThreads, 1)
     chunk_grads_tc(GatedLinearProblem p, GatedLinearGrads d, const void* hs, const void* dhs,
-                   bool vec_qk, bool vec_vo) {
+                   bool vec_qk, bool vec_vo, bool vec_g) {
     using H = Half16<T>;
-    using Tile = GradTiles<T, KT>;
+    using Tile = GradTiles<T, KT, PerKey>;
     constexpr int NK = KT / 16;  // 8-column tiles per warp: half the keys
     constexpr int NV = kTileV / 16;
     extern __shared__ float4 smem[];
@@ -79,7 +91,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     load_rows<T, T, kRows, KT>(t.q, p.q, ch.s, ch.c0, len, h, 0, p.dk, vec_qk);
     load_rows<T, T, kRows, KT>(t.k, p.k, ch.s, ch.c0, len, h, 0, p.dk, vec_qk);
-    if (threadIdx.x < kRows) {
+    if constexpr (PerKey) {
+        load_rows<float, float, kRows, KT>(t.g, p.g, ch.s, ch.c0, len, h, 0, p.dk, vec_g);
+        if (threadIdx.x < KT) t.hdh_key[threadIdx.x] = t.kdk_key[threadIdx.x] = 0.f;
+    } else if (threadIdx.x < kRows) {
         const int i = threadIdx.x;
         float x = 0.f;
         if (i < len && p.gate == Gate::per_head)
@@ -87,8 +102,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (p.gate == Gate::constant) x = p.g_gamma[h] * float((i < len ? i : len - 1) + 1);
         t.G[i] = x;
     }
+    copies_wait();
     __syncthreads();
-    if (p.gate == Gate::per_head && threadIdx.x == 0) {
+    // gate cumsums in fp32 in step order, continued past the chunk's end as if g were 0
+    if (PerKey && threadIdx.x < KT) {
+        float acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) t.g[i][threadIdx.x] = acc += t.g[i][threadIdx.x];
+    }
+    if (!PerKey && p.gate == Gate::per_head && threadIdx.x == 0) {
         float acc = 0.f;
 #pragma unroll
         for (int i = 0; i < kRows; ++i) t.G[i] = acc += t.G[i];
@@ -101,13 +123,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();  // the previous tiles are read
         load_rows<T, T, kRows, kTileV>(t.v, p.v, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
         load_rows<T, T, kRows, kTileV>(t.d_o, d.d_o, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
+        // a warp's 32 elements per step share one key
         for (int e = threadIdx.x; e < KT * kTileV; e += kThreads) {
             const int key = e / kTileV, c = e % kTileV;
             const float x = state_at(hs, p.state, base, key, v0 + c, p);
             const float y = state_at(dhs, p.state, base, key, v0 + c, p);
             put_split(t.h_hi, t.h_lo, key, c, x);
             put_split(t.dh_hi, t.dh_lo, key, c, y);
-            hdh += x * y;
+            if constexpr (PerKey) {
+                const float xy = warp_sum(x * y);
+                if (lane == 0) atomicAdd(&t.hdh_key[key], xy);
+            } else {
+                hdh += x * y;
+            }
         }
         copies_wait();
         __syncthreads();
@@ -139,8 +167,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
     }
 
-    // A = q kᵀ; both score tiles masked, decayed and scaled into shared memory
-    {
+    // the score tiles into shared memory, masked and scaled: dA = d_o vᵀ and A = q kᵀ, both
+    // decayed by exp(G_i − G_j) for a per-row gate; a per-key gate decays A inside the sum
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const int c = 2 * m + half;
+        if (c > 2 * block + 1) break;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = row_of(e), j = 8 * c + col_of(e);
+            // mask before exp: above the diagonal G_i − G_j > 0 can overflow
+            const bool below = j <= i && i < len;
+            t.dA[i][j] =
+                below ? dA[m][e] * (PerKey ? 1.f : __expf(t.G[i] - t.G[j])) * p.scale : 0.f;
+        }
+    }
+    if constexpr (!PerKey) {
         float A[4][4] = {};
         for (int kk = 0; kk < KT; kk += 16) {
             uint32_t a[4];
@@ -161,13 +203,73 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = row_of(e), j = 8 * c + col_of(e);
-                // mask before exp: above the diagonal G_i − G_j > 0 can overflow
-                const float w = j <= i && i < len ? __expf(t.G[i] - t.G[j]) * p.scale : 0.f;
-                t.A[i][j] = A[m][e] * w;
-                t.dA[i][j] = dA[m][e] * w;
+                t.A[i][j] = j <= i && i < len ? A[m][e] * __expf(t.G[i] - t.G[j]) * p.scale : 0.f;
             }
         }
+    } else {
+        // blocks below the diagonal factored about row r0, both factors as two halves (as the
+        // forward's scores); the diagonal block element by element
+        float A[4][4] = {};
+        for (int kk = 0; kk < KT && block > 0; kk += 16) {
+            uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = r0 + g8 + (u & 1) * 8, dd = kk + 2 * t4 + (u & 2) * 4;
+                const float x0 = H::to(t.q[i][dd]) * __expf(t.g[i][dd] - t.g[r0][dd]);
+                const float x1 = H::to(t.q[i][dd + 1]) * __expf(t.g[i][dd + 1] - t.g[r0][dd + 1]);
+                a_hi[u] = pair<T>(x0, x1);
+                a_lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
+            }
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                const int c = 2 * m + half;
+                if (c >= 2 * block) break;
+                uint32_t b_hi[2], b_lo[2];
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const int j = 8 * c + g8, dd = kk + 2 * t4 + 8 * u;
+                    const float y0 = H::to(t.k[j][dd]) * __expf(t.g[r0][dd] - t.g[j][dd]);
+                    const float y1 =
+                        H::to(t.k[j][dd + 1]) * __expf(t.g[r0][dd + 1] - t.g[j][dd + 1]);
+                    b_hi[u] = pair<T>(y0, y1);
+                    b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
+                }
+                H::mma(A[m], a_hi, b_hi);
+                H::mma(A[m], a_hi, b_lo);
+                H::mma(A[m], a_lo, b_hi);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            const int c = 2 * m + half;
+            if (c >= 2 * block) break;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = row_of(e), j = 8 * c + col_of(e);
+                t.A[i][j] = i < len ? A[m][e] * p.scale : 0.f;
+            }
+        }
+        // a lane takes row r0 + lane % 16 and columns r0 + 8·half + 4·(lane / 16) + [0, 4)
+        const int i = r0 + lane % 16, j0 = r0 + 8 * half + 4 * (lane / 16);
+        float sum[4] = {};
+#pragma unroll 2
+        for (int dd = 0; dd < KT; dd += 2) {
+            const float2 qi = to_float2<T>(word(&t.q[i][dd]));
+            const float2 gi = *reinterpret_cast<const float2*>(&t.g[i][dd]);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const float2 kj = to_float2<T>(word(&t.k[j0 + u][dd]));
+                const float2 gj = *reinterpret_cast<const float2*>(&t.g[j0 + u][dd]);
+                const bool below = j0 + u <= i;  // above the diagonal the term is exactly 0
+                sum[u] += qi.x * kj.x * __expf(below ? gi.x - gj.x : -INFINITY);
+                sum[u] += qi.y * kj.y * __expf(below ? gi.y - gj.y : -INFINITY);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            t.A[i][j0 + u] = j0 + u <= i && i < len ? sum[u] * p.scale : 0.f;
     }
+
     // the inter-chunk parts, decayed; Σ k ⊙ dk_inter for dg
     float kdk = 0.f;
     const float last = t.G[kRows - 1];
@@ -176,63 +278,169 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = row_of(e), key = kc0 + 8 * c + col_of(e);
-            dq[c][e] *= __expf(t.G[i]) * p.scale;
-            dk[c][e] *= __expf(last - t.G[i]);
-            kdk += H::to(t.k[i][key]) * dk[c][e];
+            if constexpr (PerKey) {
+                dq[c][e] *= __expf(t.g[i][key]) * p.scale;
+                dk[c][e] *= __expf(t.g[kRows - 1][key] - t.g[i][key]);
+            } else {
+                dq[c][e] *= __expf(t.G[i]) * p.scale;
+                dk[c][e] *= __expf(last - t.G[i]);
+            }
         }
+    if constexpr (PerKey) {
+        // per key: the warp's 16 rows summed across the lanes of one column, then the blocks
+#pragma unroll
+        for (int c = 0; c < NK; ++c)
+#pragma unroll
+            for (int odd = 0; odd < 2; ++odd) {
+                const int key = kc0 + 8 * c + 2 * t4 + odd;
+                float x = H::to(t.k[row_of(odd)][key]) * dk[c][odd] +
+                          H::to(t.k[row_of(odd + 2)][key]) * dk[c][odd + 2];
+                for (int o = 4; o < 32; o *= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+                if (g8 == 0) atomicAdd(&t.kdk_key[key], x);
+            }
+    } else {
+#pragma unroll
+        for (int c = 0; c < NK; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                kdk += H::to(t.k[row_of(e)][kc0 + 8 * c + col_of(e)]) * dk[c][e];
+    }
     __syncthreads();  // A and dA are complete
 
     // intra-chunk parts: dq += dA k over j < r0 + 16, dk += dAᵀ q over i ≥ r0
-    for (int kk = 0; kk <= r0; kk += 16) {
-        uint32_t hi[4], lo[4];
-        fragment_a_split<T, false>(hi, lo, t.dA, r0, kk);
+    if constexpr (!PerKey) {
+        for (int kk = 0; kk <= r0; kk += 16) {
+            uint32_t hi[4], lo[4];
+            fragment_a_split<T, false>(hi, lo, t.dA, r0, kk);
 #pragma unroll
-        for (int c = 0; c < NK; ++c) {
-            uint32_t b[2];
-            fragment_b_rows(b, t.k, kk, kc0 + 8 * c);
-            H::mma(dq[c], hi, b);
-            H::mma(dq[c], lo, b);
+            for (int c = 0; c < NK; ++c) {
+                uint32_t b[2];
+                fragment_b_rows(b, t.k, kk, kc0 + 8 * c);
+                H::mma(dq[c], hi, b);
+                H::mma(dq[c], lo, b);
+            }
         }
-    }
-    for (int kk = r0; kk < kRows; kk += 16) {
-        uint32_t hi[4], lo[4];
-        fragment_a_split<T, true>(hi, lo, t.dA, r0, kk);
+        for (int kk = r0; kk < kRows; kk += 16) {
+            uint32_t hi[4], lo[4];
+            fragment_a_split<T, true>(hi, lo, t.dA, r0, kk);
 #pragma unroll
-        for (int c = 0; c < NK; ++c) {
-            uint32_t b[2];
-            fragment_b_rows(b, t.q, kk, kc0 + 8 * c);
-            H::mma(dk[c], hi, b);
-            H::mma(dk[c], lo, b);
+            for (int c = 0; c < NK; ++c) {
+                uint32_t b[2];
+                fragment_b_rows(b, t.q, kk, kc0 + 8 * c);
+                H::mma(dk[c], hi, b);
+                H::mma(dk[c], lo, b);
+            }
         }
+    } else {
+        // blocks off the diagonal, factored: for dq about row r0, exp(G_i − G_r0) ·
+        // Σ_j dA_ij (k_j ⊙ exp(G_r0 − G_j)); for dk about row m = r0 + 15,
+        // exp(G_m − G_j) · Σ_i dA_ij (q_i ⊙ exp(G_i − G_m)); every exponent ≤ 0
+        const int m_row = r0 + 15;
+        float part[NK][4] = {};
+        for (int kk = 0; kk < r0; kk += 16) {
+            uint32_t hi[4], lo[4];
+            fragment_a_split<T, false>(hi, lo, t.dA, r0, kk);
+#pragma unroll
+            for (int c = 0; c < NK; ++c) {
+                uint32_t b_hi[2], b_lo[2];
+                const int key = kc0 + 8 * c + g8;
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const int j = kk + 2 * t4 + 8 * u;
+                    const float y0 = H::to(t.k[j][key]) * __expf(t.g[r0][key] - t.g[j][key]);
+                    const float y1 =
+                        H::to(t.k[j + 1][key]) * __expf(t.g[r0][key] - t.g[j + 1][key]);
+                    b_hi[u] = pair<T>(y0, y1);
+                    b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
+                }
+                H::mma(part[c], hi, b_hi);
+                H::mma(part[c], hi, b_lo);
+                H::mma(part[c], lo, b_hi);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < NK; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = row_of(e), key = kc0 + 8 * c + col_of(e);
+                dq[c][e] += part[c][e] * __expf(t.g[i][key] - t.g[r0][key]);
+                part[c][e] = 0.f;
+            }
+        for (int kk = r0 + 16; kk < kRows; kk += 16) {
+            uint32_t hi[4], lo[4];
+            fragment_a_split<T, true>(hi, lo, t.dA, r0, kk);
+#pragma unroll
+            for (int c = 0; c < NK; ++c) {
+                uint32_t b_hi[2], b_lo[2];
+                const int key = kc0 + 8 * c + g8;
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const int i = kk + 2 * t4 + 8 * u;
+                    const float y0 = H::to(t.q[i][key]) * __expf(t.g[i][key] - t.g[m_row][key]);
+                    const float y1 =
+                        H::to(t.q[i + 1][key]) * __expf(t.g[i + 1][key] - t.g[m_row][key]);
+                    b_hi[u] = pair<T>(y0, y1);
+                    b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
+                }
+                H::mma(part[c], hi, b_hi);
+                H::mma(part[c], hi, b_lo);
+                H::mma(part[c], lo, b_hi);
+            }
+        }
+        // the diagonal block, element by element; above the diagonal the exponent is −inf
+#pragma unroll
+        for (int c = 0; c < NK; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = row_of(e), key = kc0 + 8 * c + col_of(e);
+                const float gi = t.g[i][key];
+                float sq = 0.f, sk = 0.f;
+#pragma unroll 4
+                for (int j = r0; j < r0 + 16; ++j) {
+                    const float gj = t.g[j][key];
+                    sq += t.dA[i][j] * H::to(t.k[j][key]) * __expf(j <= i ? gi - gj : -INFINITY);
+                    sk += t.dA[j][i] * H::to(t.q[j][key]) * __expf(j >= i ? gj - gi : -INFINITY);
+                }
+                dq[c][e] += sq;
+                dk[c][e] += sk + part[c][e] * __expf(t.g[m_row][key] - gi);
+            }
     }
+
     float qdq[2] = {}, kdk_rows[2] = {};
 #pragma unroll
     for (int c = 0; c < NK; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = row_of(e), key = kc0 + 8 * c + col_of(e);
-            qdq[e / 2] += H::to(t.q[i][key]) * dq[c][e];
-            kdk_rows[e / 2] += H::to(t.k[i][key]) * dk[c][e];
+            const float x = H::to(t.q[i][key]) * dq[c][e], y = H::to(t.k[i][key]) * dk[c][e];
+            if constexpr (PerKey) {
+                t.dG[i][key] = x - y;
+            } else {
+                qdq[e / 2] += x;
+                kdk_rows[e / 2] += y;
+            }
             if (i < len && key < p.dk) {
                 store(d.dq.data, d.dq.dtype, at(d.dq, ch.s, ch.c0 + i, h) + key, dq[c][e]);
                 store(d.dk.data, d.dk.dtype, at(d.dk, ch.s, ch.c0 + i, h) + key, dk[c][e]);
             }
         }
+    if constexpr (!PerKey) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        // the four lanes of a row hold its columns
-        for (int o = 1; o < 4; o *= 2) {
-            qdq[r] += __shfl_xor_sync(0xffffffffu, qdq[r], o);
-            kdk_rows[r] += __shfl_xor_sync(0xffffffffu, kdk_rows[r], o);
+        for (int r = 0; r < 2; ++r) {
+            // the four lanes of a row hold its columns
+            for (int o = 1; o < 4; o *= 2) {
+                qdq[r] += __shfl_xor_sync(0xffffffffu, qdq[r], o);
+                kdk_rows[r] += __shfl_xor_sync(0xffffffffu, kdk_rows[r], o);
+            }
+            if (t4 == 0) {
+                t.dGq[half][r0 + g8 + 8 * r] = qdq[r];
+                t.dGk[half][r0 + g8 + 8 * r] = kdk_rows[r];
+            }
         }
-        if (t4 == 0) {
-            t.dGq[half][r0 + g8 + 8 * r] = qdq[r];
-            t.dGk[half][r0 + g8 + 8 * r] = kdk_rows[r];
-        }
+        hdh = warp_sum(hdh);
+        kdk = warp_sum(kdk);
+        if (lane == 0) t.hdh[warp] = hdh, t.kdk[warp] = kdk;
     }
-    hdh = warp_sum(hdh);
-    kdk = warp_sum(kdk);
-    if (lane == 0) t.hdh[warp] = hdh, t.kdk[warp] = kdk;
 
     // dv, one value tile at a time; a single tile is still in shared memory
     for (int v0 = 0; v0 < p.dv; v0 += kTileV) {
@@ -248,22 +456,37 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         float dv[NV][4] = {};
         for (int kk = 0; kk < KT; kk += 16) {
-            uint32_t a[4];
-            fragment_a(a, t.k, r0, kk);
+            uint32_t a[4], a_lo[4];
+            if constexpr (PerKey) {
+                // k ⊙ exp(Λ − G), kept fp32 as two halves
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int j = r0 + g8 + (u & 1) * 8, dd = kk + 2 * t4 + (u & 2) * 4;
+                    const float x0 = H::to(t.k[j][dd]) * __expf(t.g[kRows - 1][dd] - t.g[j][dd]);
+                    const float x1 =
+                        H::to(t.k[j][dd + 1]) * __expf(t.g[kRows - 1][dd + 1] - t.g[j][dd + 1]);
+                    a[u] = pair<T>(x0, x1);
+                    a_lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
+                }
+            } else {
+                fragment_a(a, t.k, r0, kk);
+            }
 #pragma unroll
             for (int c = 0; c < NV; ++c) {
                 uint32_t b[2];
                 fragment_b_rows(b, t.dh_hi, kk, vc0 + 8 * c);
                 H::mma(dv[c], a, b);
+                if (PerKey) H::mma(dv[c], a_lo, b);
                 if (!split) continue;
                 fragment_b_rows(b, t.dh_lo, kk, vc0 + 8 * c);
                 H::mma(dv[c], a, b);
             }
         }
+        if constexpr (!PerKey)
 #pragma unroll
-        for (int c = 0; c < NV; ++c)
+            for (int c = 0; c < NV; ++c)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) dv[c][e] *= __expf(last - t.G[row_of(e)]);
+                for (int e = 0; e < 4; ++e) dv[c][e] *= __expf(last - t.G[row_of(e)]);
         for (int kk = r0; kk < kRows; kk += 16) {
             uint32_t hi[4], lo[4];
             fragment_a_split<T, true>(hi, lo, t.A, r0, kk);
@@ -285,49 +508,86 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
     }
 
-    // dg of a per-step gate: dG summed from the chunk's end
+    // dg: dG summed from the chunk's end, per key or over keys
     __syncthreads();
-    if (p.gate != Gate::per_head || threadIdx.x != 0) return;
-    float state_carry = 0.f, k_carry = 0.f;
-    for (int w = 0; w < kThreads / 32; ++w) state_carry += t.hdh[w], k_carry += t.kdk[w];
-    const auto dG = [&](int i) { return t.dGq[0][i] + t.dGq[1][i] - (t.dGk[0][i] + t.dGk[1][i]); };
-    float run = dG(len - 1) + (__expf(last) * state_carry + k_carry);
-    for (int i = len - 1;; --i) {
-        store(d.dg.data, d.dg.dtype, at(d.dg, ch.s, ch.c0 + i, h), run);
-        if (i == 0) break;
-        run += dG(i - 1);
+    if constexpr (PerKey) {
+        const int key = threadIdx.x;
+        if (key >= p.dk) return;
+        float run =
+            t.dG[len - 1][key] + (__expf(t.g[kRows - 1][key]) * t.hdh_key[key] + t.kdk_key[key]);
+        for (int i = len - 1;; --i) {
+            store(d.dg.data, d.dg.dtype, at(d.dg, ch.s, ch.c0 + i, h) + key, run);
+            if (i == 0) break;
+            run += t.dG[i - 1][key];
+        }
+    } else {
+        if (p.gate != Gate::per_head || threadIdx.x != 0) return;
+        float state_carry = 0.f, k_carry = 0.f;
+        for (int w = 0; w < kThreads / 32; ++w) state_carry += t.hdh[w], k_carry += t.kdk[w];
+        const auto dG = [&](int i) {
+            return t.dGq[0][i] + t.dGq[1][i] - (t.dGk[0][i] + t.dGk[1][i]);
+        };
+        float run = dG(len - 1) + (__expf(last) * state_carry + k_carry);
+        for (int i = len - 1;; --i) {
+            store(d.dg.data, d.dg.dtype, at(d.dg, ch.s, ch.c0 + i, h), run);
+            if (i == 0) break;
+            run += dG(i - 1);
+        }
     }
 }
 
-template <typename T, int KT>
+template <typename T, int KT, bool PerKey>
 void launch(const GatedLinearProblem& p, const GatedLinearGrads& d, const void* hs, const void* dhs,
             cudaStream_t stream) {
-    const auto kernel = chunk_grads_tc<T, KT>;
-    const int bytes = int(sizeof(GradTiles<T, KT>));
+    const auto kernel = chunk_grads_tc<T, KT, PerKey>;
+    const int bytes = int(sizeof(GradTiles<T, KT, PerKey>));
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                "gated linear tensor-core grads");
     const int64_t slots = chunk_slots(p.seqs, p.chunk);
     if (slots == 0) return;
     const bool vec_qk = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk);
     const bool vec_vo = rows_aligned(p.v, p.dv) && rows_aligned(d.d_o, p.dv);
-    kernel<<<dim3(unsigned(slots), unsigned(p.heads)), kThreads, bytes, stream>>>(p, d, hs, dhs,
-                                                                                  vec_qk, vec_vo);
+    const bool vec_g = PerKey && p.g.dtype == DType::f32 && rows_aligned(p.g, p.dk);
+    kernel<<<dim3(unsigned(slots), unsigned(p.heads)), kThreads, bytes, stream>>>(
+        p, d, hs, dhs, vec_qk, vec_vo, vec_g);
     check_cuda(cudaGetLastError(), "gated linear tensor-core grads");
+}
+
+template <typename T, int KT>
+void launch_gate(const GatedLinearProblem& p, const GatedLinearGrads& d, const void* hs,
+                 const void* dhs, cudaStream_t stream) {
+    if (p.gate == Gate::per_key)
+        launch<T, KT, true>(p, d, hs, dhs, stream);
+    else
+        launch<T, KT, false>(p, d, hs, dhs, stream);
 }
 
 template <typename T>
 void launch_keys(const GatedLinearProblem& p, const GatedLinearGrads& d, const void* hs,
                  const void* dhs, cudaStream_t stream) {
     if (p.dk <= 64)
-        launch<T, 64>(p, d, hs, dhs, stream);
+        launch_gate<T, 64>(p, d, hs, dhs, stream);
     else
-        launch<T, 128>(p, d, hs, dhs, stream);
+        launch_gate<T, 128>(p, d, hs, dhs, stream);
+}
+
+/// Shared memory of the kernel p takes; both 16-bit types lay out alike.
+size_t grads_bytes(const GatedLinearProblem& p) {
+    const bool per_key = p.gate == Gate::per_key;
+    if (p.dk <= 64)
+        return per_key ? sizeof(GradTiles<__half, 64, true>) : sizeof(GradTiles<__half, 64, false>);
+    return per_key ? sizeof(GradTiles<__half, 128, true>) : sizeof(GradTiles<__half, 128, false>);
 }
 
 }  // namespace
 
 bool gated_linear_tc_grads_fit(const GatedLinearProblem& p, const GatedLinearGrads& d) {
-    return gated_linear_tc_state_grads_fit(p, d) && p.gate != Gate::per_key;
+    // a per-key gate's tiles at 128 keys take more than an sm_80 block may have
+    int device = 0, most = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+               "cudaDeviceGetAttribute");
+    return gated_linear_tc_state_grads_fit(p, d) && grads_bytes(p) <= size_t(most);
 }
 
 void gated_linear_tc_grads(const GatedLinearProblem& p, const GatedLinearGrads& d, const void* hs,
