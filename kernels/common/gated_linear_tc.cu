@@ -23,8 +23,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/gated_linear_tc.cuh"
 #include "common/gated_linear_tc.h"
-#include "common/tensor_core.cuh"
 
 namespace lav::cuda {
 namespace {
@@ -85,17 +85,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto key_of = [&](int m, int e) { return block * (KT / 4) + 16 * m + g8 + (e & 2) * 4; };
     const auto col_of = [&](int c, int e) { return cv0 + 8 * c + 2 * t4 + (e & 1); };
     float S[MT][NT][4];
+    // f(S element, key, column within the value tile) over the thread's state elements
+    const auto for_state = [&](auto&& f) {
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+        for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int c = 0; c < NT; ++c)
+            for (int c = 0; c < NT; ++c)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int key = key_of(m, e), col = v0 + col_of(c, e);
-                S[m][c][e] = p.h0 != nullptr && key < p.dk && col < p.dv
-                                 ? load(p.h0, p.state, own + int64_t(key) * p.dv + col)
-                                 : 0.f;
-            }
+                for (int e = 0; e < 4; ++e) f(S[m][c][e], key_of(m, e), col_of(c, e));
+    };
+    for_state([&](float& x, int key, int col) {
+        x = p.h0 != nullptr && key < p.dk && v0 + col < p.dv
+                ? load(p.h0, p.state, own + int64_t(key) * p.dv + v0 + col)
+                : 0.f;
+    });
 
     const int64_t chunks = (s.len + p.chunk - 1) / p.chunk;
     for (int64_t step = 0; step < chunks; ++step) {
@@ -115,21 +118,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         // while the copies fly: the state entering the chunk, as stored, to `states`, and
         // split for q·h
         const int64_t slot = (first + chunk) * p.heads + h;
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int c = 0; c < NT; ++c)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int key = key_of(m, e), col = col_of(c, e);
-                    if (states != nullptr && key < p.dk && v0 + col < p.dv)
-                        store(states, p.state, (slot * p.dk + key) * p.dv + v0 + col, S[m][c][e]);
-                    if (!outputs) continue;
-                    const float stored = rounded(S[m][c][e], p.state);
-                    const T hi = H::from(stored);
-                    t.s_hi[col][key] = hi;
-                    t.s_lo[col][key] = H::from(split ? stored - H::to(hi) : 0.f);
-                }
+        for_state([&](float x, int key, int col) {
+            if (states != nullptr && key < p.dk && v0 + col < p.dv)
+                store(states, p.state, (slot * p.dk + key) * p.dv + v0 + col, x);
+            if (!outputs) return;
+            const float stored = rounded(x, p.state);
+            const T hi = H::from(stored);
+            t.s_hi[col][key] = hi;
+            t.s_lo[col][key] = H::from(split ? stored - H::to(hi) : 0.f);
+        });
         if (!PerKey && threadIdx.x < kRows) {
             const int i = threadIdx.x;
             float x = 0.f;
@@ -187,97 +184,35 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();
 
         if (outputs) {
-            // scores of rows i ∈ [r0, r0 + 16) against j < r0 + 16, in 8-column tiles c; the
-            // two warps of a row block take alternate tiles
-            float acc[8][4] = {};
+            // scores of rows i ∈ [r0, r0 + 16) against j < r0 + 16 (gated_linear_tc.cuh)
+            float acc[4][4] = {};
             const auto score_col = [&](int c, int e) { return 8 * c + 2 * t4 + (e & 1); };
             if (!PerKey) {
-                for (int kk = 0; kk < KT; kk += 16) {
-                    uint32_t a[4];
-                    fragment_a(a, t.q, r0, kk);
-#pragma unroll
-                    for (int c = 0; c < 8; ++c) {
-                        if (c > 2 * block + 1) break;
-                        if (c % 2 != half) continue;
-                        uint32_t b[2];
-                        fragment_b(b, t.k, 8 * c, kk);
-                        H::mma(acc[c], a, b);
-                    }
-                }
-#pragma unroll
-                for (int c = 0; c < 8; ++c) {
-                    if (c > 2 * block + 1) break;
-                    if (c % 2 != half) continue;
+                add_scores<T, KT>(acc, t.q, t.k, r0, half);
+                for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = r0 + g8 + (e & 2) * 4, j = score_col(c, e);
                         // mask before exp: above the diagonal G_i − G_j > 0 can overflow
                         const float x =
-                            j <= i && i < len ? acc[c][e] * __expf(t.grow[i] - t.grow[j]) : 0.f;
+                            j <= i && i < len ? acc[m][e] * __expf(t.grow[i] - t.grow[j]) : 0.f;
                         t.a[i][j] = H::from(x);
                     }
-                }
+                });
             } else {
-                // blocks below the diagonal, factored about row r0; both halves of each factor
-                for (int kk = 0; kk < KT && block > 0; kk += 16) {
-                    uint32_t a_hi[4], a_lo[4];
-#pragma unroll
-                    for (int u = 0; u < 4; ++u) {
-                        const int i = r0 + g8 + (u & 1) * 8, d = kk + 2 * t4 + (u & 2) * 4;
-                        const float x0 = H::to(t.q[i][d]) * __expf(t.g[i][d] - t.g[r0][d]);
-                        const float x1 =
-                            H::to(t.q[i][d + 1]) * __expf(t.g[i][d + 1] - t.g[r0][d + 1]);
-                        a_hi[u] = pair<T>(x0, x1);
-                        a_lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
-                    }
-#pragma unroll
-                    for (int c = 0; c < 8; ++c) {
-                        if (c >= 2 * block) break;
-                        if (c % 2 != half) continue;
-                        uint32_t b_hi[2], b_lo[2];
-#pragma unroll
-                        for (int u = 0; u < 2; ++u) {
-                            const int j = 8 * c + g8, d = kk + 2 * t4 + 8 * u;
-                            const float y0 = H::to(t.k[j][d]) * __expf(t.g[r0][d] - t.g[j][d]);
-                            const float y1 =
-                                H::to(t.k[j][d + 1]) * __expf(t.g[r0][d + 1] - t.g[j][d + 1]);
-                            b_hi[u] = pair<T>(y0, y1);
-                            b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
-                        }
-                        H::mma(acc[c], a_hi, b_hi);
-                        H::mma(acc[c], a_hi, b_lo);
-                        H::mma(acc[c], a_lo, b_hi);
-                    }
-                }
-#pragma unroll
-                for (int c = 0; c < 8; ++c) {
-                    if (c >= 2 * block) break;
-                    if (c % 2 != half) continue;
+                add_factored_scores<T, KT>(acc, t.q, t.k, t.g, r0, half);
+                for_score_tiles(half, r0 / 8, [&](int m, int c) {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const int i = r0 + g8 + (e & 2) * 4, j = score_col(c, e);
-                        t.a[i][j] = H::from(i < len ? acc[c][e] : 0.f);
+                        t.a[i][j] = H::from(i < len ? acc[m][e] : 0.f);
                     }
-                }
-                // the diagonal block, element by element: a lane takes row r0 + lane % 16 and
-                // the four columns r0 + 8·half + 4·(lane / 16) + [0, 4)
+                });
+                // the diagonal block: a lane takes row r0 + lane % 16 and the four columns
+                // r0 + 8·half + 4·(lane / 16) + [0, 4)
                 const int i = r0 + lane % 16, j0 = r0 + 8 * half + 4 * (lane / 16);
                 float sum[4] = {};
-                // pairs of keys per step, and no branch: above the diagonal the exponent is
-                // −inf, so the term is exactly 0
-#pragma unroll 2
-                for (int d = 0; d < KT; d += 2) {
-                    const float2 qi = to_float2<T>(word(&t.q[i][d]));
-                    const float2 gi = *reinterpret_cast<const float2*>(&t.g[i][d]);
-#pragma unroll
-                    for (int u = 0; u < 4; ++u) {
-                        const float2 kj = to_float2<T>(word(&t.k[j0 + u][d]));
-                        const float2 gj = *reinterpret_cast<const float2*>(&t.g[j0 + u][d]);
-                        const bool below = j0 + u <= i;
-                        sum[u] += qi.x * kj.x * __expf(below ? gi.x - gj.x : -INFINITY);
-                        sum[u] += qi.y * kj.y * __expf(below ? gi.y - gj.y : -INFINITY);
-                    }
-                }
+                diagonal_scores<T, KT>(sum, t.q, t.k, t.g, i, j0);
 #pragma unroll
                 for (int u = 0; u < 4; ++u)
                     t.a[i][j0 + u] = H::from(j0 + u <= i && i < len ? sum[u] : 0.f);
@@ -335,14 +270,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
 
         // h ← exp(Λ)·h + k̃ᵀ ṽ, the carried state staying fp32
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int c = 0; c < NT; ++c)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    S[m][c][e] *=
-                        PerKey ? __expf(t.g[kRows - 1][key_of(m, e)]) : __expf(t.grow[kRows - 1]);
+        for_state([&](float& x, int key, int) {
+            x *= PerKey ? __expf(t.g[kRows - 1][key]) : __expf(t.grow[kRows - 1]);
+        });
 #pragma unroll
         for (int kk = 0; kk < kRows; kk += 16)
 #pragma unroll
@@ -360,16 +290,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
     }
     if (p.ht == nullptr) return;
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int c = 0; c < NT; ++c)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int key = key_of(m, e), col = v0 + col_of(c, e);
-                if (key < p.dk && col < p.dv)
-                    store(p.ht, p.state, own + int64_t(key) * p.dv + col, S[m][c][e]);
-            }
+    for_state([&](float x, int key, int col) {
+        if (key < p.dk && v0 + col < p.dv)
+            store(p.ht, p.state, own + int64_t(key) * p.dv + v0 + col, x);
+    });
 }
 
 template <typename T, int KT, int BV, bool PerKey>

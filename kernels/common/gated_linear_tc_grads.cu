@@ -16,8 +16,8 @@
 // blocks are summed element by element.
 #include <cuda_runtime.h>
 
+#include "common/gated_linear_tc.cuh"
 #include "common/gated_linear_tc.h"
-#include "common/tensor_core.cuh"
 
 namespace lav::cuda {
 namespace {
@@ -64,6 +64,54 @@ __device__ __forceinline__ void put_split(T (*hi)[P], T (*lo)[P], int r, int c, 
     const T x_hi = H::from(x);
     hi[r][c] = x_hi;
     lo[r][c] = H::from(x - H::to(x_hi));
+}
+
+/// The decay of a factored block: x ⊙ exp(sign·(G_ref − G)) per key (sign 1: keys decayed
+/// to row ref, sign −1: queries), or none.
+struct Decay {
+    const float* g = nullptr;  ///< per-key cumsum tile, pitch `pitch`; nullptr: no decay
+    int pitch = 0, ref = 0;
+    float sign = 1.f;
+};
+
+/// acc[c] += Σ_{j ∈ [from, to)} s_ij x̃_j,(col0 + 8c + ·) for the warp's rows i ∈ [r0, r0 + 16)
+/// (Transposed: s_ji): fp32 scores s as two halves times the tile x stored
+/// [contraction][column], decayed as `decay` says (then x̃ is fp32 and enters as two halves
+/// too).
+template <typename T, bool Transposed, int NC, int PS, int PX>
+__device__ void add_scores_times(float (&acc)[NC][4], const float (*s)[PS], const T (*x)[PX],
+                                 int r0, int from, int to, int col0, const Decay& decay = {}) {
+    using H = Half16<T>;
+    const int g8 = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
+    for (int kk = from; kk < to; kk += 16) {
+        uint32_t hi[4], lo[4];
+        fragment_a_split<T, Transposed>(hi, lo, s, r0, kk);
+#pragma unroll
+        for (int c = 0; c < NC; ++c) {
+            if (decay.g == nullptr) {
+                uint32_t b[2];
+                fragment_b_rows(b, x, kk, col0 + 8 * c);
+                H::mma(acc[c], hi, b);
+                H::mma(acc[c], lo, b);
+                continue;
+            }
+            uint32_t b_hi[2], b_lo[2];
+            const int key = col0 + 8 * c + g8;
+            const float g_ref = decay.g[decay.ref * decay.pitch + key];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int j = kk + 2 * t4 + 8 * u;
+                const float y0 = H::to(x[j][key]) *
+                                 __expf(decay.sign * (g_ref - decay.g[j * decay.pitch + key]));
+                const float y1 =
+                    H::to(x[j + 1][key]) *
+                    __expf(decay.sign * (g_ref - decay.g[(j + 1) * decay.pitch + key]));
+                b_hi[u] = pair<T>(y0, y1);
+                b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
+            }
+            mma_split<T>(acc[c], hi, lo, b_hi, b_lo);
+        }
+    }
 }
 
 template <typename T, int KT, bool PerKey>
@@ -143,14 +191,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             uint32_t a_do[4], a_v[4];
             fragment_a(a_do, t.d_o, r0, kk);
             fragment_a(a_v, t.v, r0, kk);
-#pragma unroll
-            for (int m = 0; m < 4; ++m) {
-                const int c = 2 * m + half;  // score tiles alternate between the two warps
-                if (c > 2 * block + 1) break;
+            for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
                 uint32_t b[2];
                 fragment_b(b, t.v, 8 * c, kk);
                 H::mma(dA[m], a_do, b);
-            }
+            });
 #pragma unroll
             for (int c = 0; c < NK; ++c) {
                 uint32_t b[2];
@@ -169,102 +214,40 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // the score tiles into shared memory, masked and scaled: dA = d_o vᵀ and A = q kᵀ, both
     // decayed by exp(G_i − G_j) for a per-row gate; a per-key gate decays A inside the sum
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-        const int c = 2 * m + half;
-        if (c > 2 * block + 1) break;
+    for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = row_of(e), j = 8 * c + col_of(e);
             // mask before exp: above the diagonal G_i − G_j > 0 can overflow
             const bool below = j <= i && i < len;
-            t.dA[i][j] =
-                below ? dA[m][e] * (PerKey ? 1.f : __expf(t.G[i] - t.G[j])) * p.scale : 0.f;
+            const float decay = PerKey || !below ? 1.f : __expf(t.G[i] - t.G[j]);
+            t.dA[i][j] = below ? dA[m][e] * decay * p.scale : 0.f;
         }
-    }
+    });
     if constexpr (!PerKey) {
         float A[4][4] = {};
-        for (int kk = 0; kk < KT; kk += 16) {
-            uint32_t a[4];
-            fragment_a(a, t.q, r0, kk);
-#pragma unroll
-            for (int m = 0; m < 4; ++m) {
-                const int c = 2 * m + half;
-                if (c > 2 * block + 1) break;
-                uint32_t b[2];
-                fragment_b(b, t.k, 8 * c, kk);
-                H::mma(A[m], a, b);
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-            const int c = 2 * m + half;
-            if (c > 2 * block + 1) break;
+        add_scores<T, KT>(A, t.q, t.k, r0, half);
+        for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = row_of(e), j = 8 * c + col_of(e);
                 t.A[i][j] = j <= i && i < len ? A[m][e] * __expf(t.G[i] - t.G[j]) * p.scale : 0.f;
             }
-        }
+        });
     } else {
-        // blocks below the diagonal factored about row r0, both factors as two halves (as the
-        // forward's scores); the diagonal block element by element
+        // as the forward's scores (gated_linear_tc.cuh), unrounded and scaled
         float A[4][4] = {};
-        for (int kk = 0; kk < KT && block > 0; kk += 16) {
-            uint32_t a_hi[4], a_lo[4];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int i = r0 + g8 + (u & 1) * 8, dd = kk + 2 * t4 + (u & 2) * 4;
-                const float x0 = H::to(t.q[i][dd]) * __expf(t.g[i][dd] - t.g[r0][dd]);
-                const float x1 = H::to(t.q[i][dd + 1]) * __expf(t.g[i][dd + 1] - t.g[r0][dd + 1]);
-                a_hi[u] = pair<T>(x0, x1);
-                a_lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
-            }
-#pragma unroll
-            for (int m = 0; m < 4; ++m) {
-                const int c = 2 * m + half;
-                if (c >= 2 * block) break;
-                uint32_t b_hi[2], b_lo[2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int j = 8 * c + g8, dd = kk + 2 * t4 + 8 * u;
-                    const float y0 = H::to(t.k[j][dd]) * __expf(t.g[r0][dd] - t.g[j][dd]);
-                    const float y1 =
-                        H::to(t.k[j][dd + 1]) * __expf(t.g[r0][dd + 1] - t.g[j][dd + 1]);
-                    b_hi[u] = pair<T>(y0, y1);
-                    b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
-                }
-                H::mma(A[m], a_hi, b_hi);
-                H::mma(A[m], a_hi, b_lo);
-                H::mma(A[m], a_lo, b_hi);
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-            const int c = 2 * m + half;
-            if (c >= 2 * block) break;
+        add_factored_scores<T, KT>(A, t.q, t.k, t.g, r0, half);
+        for_score_tiles(half, r0 / 8, [&](int m, int c) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = row_of(e), j = 8 * c + col_of(e);
                 t.A[i][j] = i < len ? A[m][e] * p.scale : 0.f;
             }
-        }
-        // a lane takes row r0 + lane % 16 and columns r0 + 8·half + 4·(lane / 16) + [0, 4)
+        });
         const int i = r0 + lane % 16, j0 = r0 + 8 * half + 4 * (lane / 16);
         float sum[4] = {};
-#pragma unroll 2
-        for (int dd = 0; dd < KT; dd += 2) {
-            const float2 qi = to_float2<T>(word(&t.q[i][dd]));
-            const float2 gi = *reinterpret_cast<const float2*>(&t.g[i][dd]);
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const float2 kj = to_float2<T>(word(&t.k[j0 + u][dd]));
-                const float2 gj = *reinterpret_cast<const float2*>(&t.g[j0 + u][dd]);
-                const bool below = j0 + u <= i;  // above the diagonal the term is exactly 0
-                sum[u] += qi.x * kj.x * __expf(below ? gi.x - gj.x : -INFINITY);
-                sum[u] += qi.y * kj.y * __expf(below ? gi.y - gj.y : -INFINITY);
-            }
-        }
+        diagonal_scores<T, KT>(sum, t.q, t.k, t.g, i, j0);
 #pragma unroll
         for (int u = 0; u < 4; ++u)
             t.A[i][j0 + u] = j0 + u <= i && i < len ? sum[u] * p.scale : 0.f;
@@ -309,55 +292,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // intra-chunk parts: dq += dA k over j < r0 + 16, dk += dAᵀ q over i ≥ r0
     if constexpr (!PerKey) {
-        for (int kk = 0; kk <= r0; kk += 16) {
-            uint32_t hi[4], lo[4];
-            fragment_a_split<T, false>(hi, lo, t.dA, r0, kk);
-#pragma unroll
-            for (int c = 0; c < NK; ++c) {
-                uint32_t b[2];
-                fragment_b_rows(b, t.k, kk, kc0 + 8 * c);
-                H::mma(dq[c], hi, b);
-                H::mma(dq[c], lo, b);
-            }
-        }
-        for (int kk = r0; kk < kRows; kk += 16) {
-            uint32_t hi[4], lo[4];
-            fragment_a_split<T, true>(hi, lo, t.dA, r0, kk);
-#pragma unroll
-            for (int c = 0; c < NK; ++c) {
-                uint32_t b[2];
-                fragment_b_rows(b, t.q, kk, kc0 + 8 * c);
-                H::mma(dk[c], hi, b);
-                H::mma(dk[c], lo, b);
-            }
-        }
+        add_scores_times<T, false>(dq, t.dA, t.k, r0, 0, r0 + 16, kc0);
+        add_scores_times<T, true>(dk, t.dA, t.q, r0, r0, kRows, kc0);
     } else {
         // blocks off the diagonal, factored: for dq about row r0, exp(G_i − G_r0) ·
         // Σ_j dA_ij (k_j ⊙ exp(G_r0 − G_j)); for dk about row m = r0 + 15,
         // exp(G_m − G_j) · Σ_i dA_ij (q_i ⊙ exp(G_i − G_m)); every exponent ≤ 0
         const int m_row = r0 + 15;
         float part[NK][4] = {};
-        for (int kk = 0; kk < r0; kk += 16) {
-            uint32_t hi[4], lo[4];
-            fragment_a_split<T, false>(hi, lo, t.dA, r0, kk);
-#pragma unroll
-            for (int c = 0; c < NK; ++c) {
-                uint32_t b_hi[2], b_lo[2];
-                const int key = kc0 + 8 * c + g8;
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int j = kk + 2 * t4 + 8 * u;
-                    const float y0 = H::to(t.k[j][key]) * __expf(t.g[r0][key] - t.g[j][key]);
-                    const float y1 =
-                        H::to(t.k[j + 1][key]) * __expf(t.g[r0][key] - t.g[j + 1][key]);
-                    b_hi[u] = pair<T>(y0, y1);
-                    b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
-                }
-                H::mma(part[c], hi, b_hi);
-                H::mma(part[c], hi, b_lo);
-                H::mma(part[c], lo, b_hi);
-            }
-        }
+        const int pitch = Tile::PG;
+        add_scores_times<T, false>(part, t.dA, t.k, r0, 0, r0, kc0,
+                                   Decay{&t.g[0][0], pitch, r0, 1.f});
 #pragma unroll
         for (int c = 0; c < NK; ++c)
 #pragma unroll
@@ -366,27 +311,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 dq[c][e] += part[c][e] * __expf(t.g[i][key] - t.g[r0][key]);
                 part[c][e] = 0.f;
             }
-        for (int kk = r0 + 16; kk < kRows; kk += 16) {
-            uint32_t hi[4], lo[4];
-            fragment_a_split<T, true>(hi, lo, t.dA, r0, kk);
-#pragma unroll
-            for (int c = 0; c < NK; ++c) {
-                uint32_t b_hi[2], b_lo[2];
-                const int key = kc0 + 8 * c + g8;
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int i = kk + 2 * t4 + 8 * u;
-                    const float y0 = H::to(t.q[i][key]) * __expf(t.g[i][key] - t.g[m_row][key]);
-                    const float y1 =
-                        H::to(t.q[i + 1][key]) * __expf(t.g[i + 1][key] - t.g[m_row][key]);
-                    b_hi[u] = pair<T>(y0, y1);
-                    b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
-                }
-                H::mma(part[c], hi, b_hi);
-                H::mma(part[c], hi, b_lo);
-                H::mma(part[c], lo, b_hi);
-            }
-        }
+        add_scores_times<T, true>(part, t.dA, t.q, r0, r0 + 16, kRows, kc0,
+                                  Decay{&t.g[0][0], pitch, m_row, -1.f});
         // the diagonal block, element by element; above the diagonal the exponent is −inf
 #pragma unroll
         for (int c = 0; c < NK; ++c)
@@ -487,17 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int c = 0; c < NV; ++c)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) dv[c][e] *= __expf(last - t.G[row_of(e)]);
-        for (int kk = r0; kk < kRows; kk += 16) {
-            uint32_t hi[4], lo[4];
-            fragment_a_split<T, true>(hi, lo, t.A, r0, kk);
-#pragma unroll
-            for (int c = 0; c < NV; ++c) {
-                uint32_t b[2];
-                fragment_b_rows(b, t.d_o, kk, vc0 + 8 * c);
-                H::mma(dv[c], hi, b);
-                H::mma(dv[c], lo, b);
-            }
-        }
+        add_scores_times<T, true>(dv, t.A, t.d_o, r0, r0, kRows, vc0);
 #pragma unroll
         for (int c = 0; c < NV; ++c)
 #pragma unroll

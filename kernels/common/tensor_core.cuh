@@ -156,6 +156,17 @@ __device__ __forceinline__ void fragment_a_split(uint32_t (&hi)[4], uint32_t (&l
     }
 }
 
+/// c += a·b for operands given as two halves each: hi·hi + hi·lo + lo·hi (lo·lo is below
+/// the ~16 significant bits the halves keep).
+template <typename T>
+__device__ __forceinline__ void mma_split(float (&c)[4], const uint32_t (&a_hi)[4],
+                                          const uint32_t (&a_lo)[4], const uint32_t (&b_hi)[2],
+                                          const uint32_t (&b_lo)[2]) {
+    Half16<T>::mma(c, a_hi, b_hi);
+    Half16<T>::mma(c, a_hi, b_lo);
+    Half16<T>::mma(c, a_lo, b_hi);
+}
+
 /// Whether every row of x starts 16-byte aligned and `width` elements are whole 16 bytes.
 inline bool rows_aligned(const Strided& x, int width) {
     const int per16 = x.dtype == DType::f32 ? 4 : 8;

@@ -1,0 +1,95 @@
+// kernels/common/gated_linear_tc.cuh — device code the tensor-core gated linear kernels share:
+// the intra-chunk score tiles of a 64-row chunk, and gla's per-key decayed scores.
+//
+// Warp w of 8 takes rows [r0, r0 + 16), r0 = 16·(w % 4), and, of the 8-column score tiles
+// c ≤ 2·(w % 4) + 1 that reach the diagonal, those of parity half = w / 4: tile c = 2m + half
+// is the warp's m-th, held in acc[m].
+#pragma once
+
+#include "common/tensor_core.cuh"
+
+namespace lav::cuda {
+
+/// Calls f(m, c) for each of the warp's score tiles c = 2m + half with c < end.
+template <typename F>
+__device__ __forceinline__ void for_score_tiles(int half, int end, F&& f) {
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const int c = 2 * m + half;
+        if (c >= end) break;
+        f(m, c);
+    }
+}
+
+/// acc[m] += Σ_d x_id y_jd for rows i ∈ [r0, r0 + 16) and the warp's tiles that reach the
+/// diagonal (j < r0 + 16).
+template <typename T, int KT, int PK>
+__device__ void add_scores(float (&acc)[4][4], const T (*x)[PK], const T (*y)[PK], int r0,
+                           int half) {
+    for (int kk = 0; kk < KT; kk += 16) {
+        uint32_t a[4];
+        fragment_a(a, x, r0, kk);
+        for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
+            uint32_t b[2];
+            fragment_b(b, y, 8 * c, kk);
+            Half16<T>::mma(acc[m], a, b);
+        });
+    }
+}
+
+/// acc[m] += Σ_d q_id k_jd exp(G_id − G_jd) for rows i ∈ [r0, r0 + 16) and the warp's tiles
+/// below the diagonal block (j < r0), factored about row r0 as (q ⊙ exp(G − G_r0)) ·
+/// (k ⊙ exp(G_r0 − G))ᵀ, every exponent ≤ 0; each factor enters as two 16-bit halves, and
+/// hi·hi + hi·lo + lo·hi keeps ~16 significant bits of the fp32 products.
+template <typename T, int KT, int PK, int PG>
+__device__ void add_factored_scores(float (&acc)[4][4], const T (*q)[PK], const T (*k)[PK],
+                                    const float (*g)[PG], int r0, int half) {
+    using H = Half16<T>;
+    const int g8 = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
+    for (int kk = 0; kk < KT && r0 > 0; kk += 16) {
+        uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int i = r0 + g8 + (u & 1) * 8, d = kk + 2 * t4 + (u & 2) * 4;
+            const float x0 = H::to(q[i][d]) * __expf(g[i][d] - g[r0][d]);
+            const float x1 = H::to(q[i][d + 1]) * __expf(g[i][d + 1] - g[r0][d + 1]);
+            a_hi[u] = pair<T>(x0, x1);
+            a_lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
+        }
+        for_score_tiles(half, r0 / 8, [&](int m, int c) {
+            uint32_t b_hi[2], b_lo[2];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int j = 8 * c + g8, d = kk + 2 * t4 + 8 * u;
+                const float y0 = H::to(k[j][d]) * __expf(g[r0][d] - g[j][d]);
+                const float y1 = H::to(k[j][d + 1]) * __expf(g[r0][d + 1] - g[j][d + 1]);
+                b_hi[u] = pair<T>(y0, y1);
+                b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
+            }
+            mma_split<T>(acc[m], a_hi, a_lo, b_hi, b_lo);
+        });
+    }
+}
+
+/// Σ_d q_id k_jd exp(G_id − G_jd) for row i and the four columns j0 + [0, 4) of its diagonal
+/// block, element by element, two keys a step and without a branch: above the diagonal the
+/// exponent is −inf and the term exactly 0.
+template <typename T, int KT, int PK, int PG>
+__device__ void diagonal_scores(float (&sum)[4], const T (*q)[PK], const T (*k)[PK],
+                                const float (*g)[PG], int i, int j0) {
+#pragma unroll 2
+    for (int d = 0; d < KT; d += 2) {
+        const float2 qi = to_float2<T>(word(&q[i][d]));
+        const float2 gi = *reinterpret_cast<const float2*>(&g[i][d]);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const float2 kj = to_float2<T>(word(&k[j0 + u][d]));
+            const float2 gj = *reinterpret_cast<const float2*>(&g[j0 + u][d]);
+            const bool below = j0 + u <= i;
+            sum[u] += qi.x * kj.x * __expf(below ? gi.x - gj.x : -INFINITY);
+            sum[u] += qi.y * kj.y * __expf(below ? gi.y - gj.y : -INFINITY);
+        }
+    }
+}
+
+}  // namespace lav::cuda
