@@ -10,6 +10,7 @@
 
 namespace lav::cuda {
 
+/// kTensorCoreKeys in gated_linear_contract.h, which declares what these kernels do.
 constexpr int kMaxTensorCoreKeys = 128;
 
 /// Whether p's inputs are fp16 or bf16 (q, k and v alike) and its keys fit the tensor-core

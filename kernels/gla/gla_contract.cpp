@@ -3,6 +3,7 @@
 // says why each item has its dtype.
 #include <string>
 
+#include "common/gated_linear_contract.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "gla/gla.h"
@@ -44,6 +45,7 @@ PrecisionContract gla_contract(std::string_view variant, bool backward, const Gl
         "initial state (zeros when absent), widened to fp32 on load; FLA's chunk_gla asserts "
         "fp32, lav takes the case's state dtype");
     add("accumulator", fp32, "every matmul, reduction and exp");
+    if (chunk) add_tensor_core_item(c, args.q, args.k, args.v);
     if (chunk) {
         add("gate cumsum", fp32,
             "chunk-local inclusive cumsum G per key dimension, restarted at chunk starts");

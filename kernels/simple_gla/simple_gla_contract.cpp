@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "common/gated_linear_contract.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "simple_gla/simple_gla.h"
@@ -45,6 +46,7 @@ PrecisionContract simple_gla_contract(std::string_view variant, bool backward,
         add("g_gamma", fp32, "constant per-head log decay, widened to fp32");
     add("h0", state, "initial state (zeros when absent), widened to fp32 on load");
     add("accumulator", fp32, "every matmul, reduction and exp");
+    if (chunk) add_tensor_core_item(c, args.q, args.k, args.v);
     if (chunk) {
         add("gate cumsum", fp32, "chunk-local inclusive cumsum G, restarted at chunk starts");
         add("chunk states h", state,

@@ -5,10 +5,12 @@
 // without a GPU.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cuda/backend_pair.h"
+#include "simple_gla/simple_gla.h"
 
 namespace lav::kernels {
 namespace {
@@ -66,4 +68,28 @@ std::vector<Case> cases() {
 INSTANTIATE_TEST_SUITE_P(Cuda, ChunkCuda, testing::ValuesIn(cases()), backend_pair::name_of);
 
 }  // namespace
+
+// The chunk contract declares the tensor cores' operands exactly where those kernels run: CUDA
+// inputs, all fp16 or all bf16, at most 128 keys.
+TEST(ChunkCudaContract, DeclaresTensorCoreOperandsWhereTheyRun) {
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+    const auto declared = [](at::ScalarType type, int64_t K, at::Device device,
+                             std::string_view variant) -> std::optional<DType> {
+        SimpleGlaArgs a;
+        const auto options = at::TensorOptions().device(device).dtype(type);
+        a.q = a.k = at::zeros({1, 16, 2, K}, options);
+        a.v = at::zeros({1, 16, 2, 64}, options);
+        for (const ContractItem& item : simple_gla_contract(variant, false, a).items)
+            if (item.item == "tensor-core operands") return item.dtype;
+        return std::nullopt;
+    };
+    const at::Device gpu(at::kCUDA), cpu(at::kCPU);
+    EXPECT_EQ(declared(at::kBFloat16, 64, gpu, "chunk"), DType::bf16);
+    EXPECT_EQ(declared(at::kHalf, 128, gpu, "chunk"), DType::fp16);
+    EXPECT_EQ(declared(at::kFloat, 64, gpu, "chunk"), std::nullopt);
+    EXPECT_EQ(declared(at::kBFloat16, 256, gpu, "chunk"), std::nullopt);
+    EXPECT_EQ(declared(at::kBFloat16, 64, gpu, "recurrent"), std::nullopt);
+    EXPECT_EQ(declared(at::kBFloat16, 64, cpu, "chunk"), std::nullopt);
+}
+
 }  // namespace lav::kernels
