@@ -57,6 +57,31 @@ __device__ __forceinline__ float state_at(const void* src, DType dtype, int64_t 
     return key < p.dk && col < p.dv ? load(src, dtype, base + int64_t(key) * p.dv + col) : 0.f;
 }
 
+/// Calls f(key, c, x, y) for the thread's elements (key, v0 + c) of the [K, V] states xs and
+/// ys at `base` (ys null: y = 0), eight of each in flight at a time: loaded one by one, the
+/// loads would wait out the memory latency each. A warp's 32 elements of a call share a key.
+template <int KT, typename F>
+__device__ void for_state_tile(const void* xs, const void* ys, int64_t base, int v0,
+                               const GatedLinearProblem& p, F&& f) {
+    constexpr int kPer = KT * kTileV / kThreads, kBatch = 8;
+    static_assert(kPer % kBatch == 0, "whole batches per thread");
+#pragma unroll 1
+    for (int b = 0; b < kPer; b += kBatch) {
+        float x[kBatch], y[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+            const int e = threadIdx.x + (b + u) * kThreads, key = e / kTileV, c = e % kTileV;
+            x[u] = state_at(xs, p.state, base, key, v0 + c, p);
+            y[u] = ys != nullptr ? state_at(ys, p.state, base, key, v0 + c, p) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+            const int e = threadIdx.x + (b + u) * kThreads;
+            f(e / kTileV, e % kTileV, x[u], y[u]);
+        }
+    }
+}
+
 /// x split into the two halves of a shared tile.
 template <typename T, int P>
 __device__ __forceinline__ void put_split(T (*hi)[P], T (*lo)[P], int r, int c, float x) {
@@ -171,11 +196,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();  // the previous tiles are read
         load_rows<T, T, kRows, kTileV>(t.v, p.v, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
         load_rows<T, T, kRows, kTileV>(t.d_o, d.d_o, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
-        // a warp's 32 elements per step share one key
-        for (int e = threadIdx.x; e < KT * kTileV; e += kThreads) {
-            const int key = e / kTileV, c = e % kTileV;
-            const float x = state_at(hs, p.state, base, key, v0 + c, p);
-            const float y = state_at(dhs, p.state, base, key, v0 + c, p);
+        for_state_tile<KT>(hs, dhs, base, v0, p, [&](int key, int c, float x, float y) {
             put_split(t.h_hi, t.h_lo, key, c, x);
             put_split(t.dh_hi, t.dh_lo, key, c, y);
             if constexpr (PerKey) {
@@ -184,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             } else {
                 hdh += x * y;
             }
-        }
+        });
         copies_wait();
         __syncthreads();
         for (int kk = 0; kk < kTileV; kk += 16) {
@@ -373,10 +394,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (p.dv > kTileV) {
             __syncthreads();
             load_rows<T, T, kRows, kTileV>(t.d_o, d.d_o, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
-            for (int e = threadIdx.x; e < KT * kTileV; e += kThreads) {
-                const int key = e / kTileV, c = e % kTileV;
-                put_split(t.dh_hi, t.dh_lo, key, c, state_at(dhs, p.state, base, key, v0 + c, p));
-            }
+            for_state_tile<KT>(dhs, nullptr, base, v0, p, [&](int key, int c, float y, float) {
+                put_split(t.dh_hi, t.dh_lo, key, c, y);
+            });
             copies_wait();
             __syncthreads();
         }
