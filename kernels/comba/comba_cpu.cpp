@@ -47,7 +47,7 @@ CombaProblem make_comba_problem(const CombaArgs& a, bool chunked) {
     LAV_CHECK(a.g.defined() && a.p.defined(), "comba cpu needs p and g");
     CombaProblem cp{make_problem(engine_args(a), chunked), at::Tensor()};
     const Problem& p = cp.base;
-    check_float_cpu(p, a.p, "p");
+    check_float_cpu(p.name, a.p, "p");
     LAV_CHECK(a.p.scalar_type() == p.in, "comba cpu: p must have q's dtype ",
               scalar_type_name(p.in), ", got ", scalar_type_name(a.p.scalar_type()));
     LAV_CHECK(a.p.sizes() == a.k.sizes(), "comba cpu: p must have k's shape ", a.k.sizes(),

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_args.h"
 #include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -71,6 +72,14 @@ struct Grads {
 
 namespace detail {
 
+using cpu::check_d_o;
+using cpu::check_float_cpu;
+using cpu::check_shape;
+using cpu::checked_chunk_size;
+using cpu::checked_output_dtype;
+using cpu::checked_scale;
+using cpu::checked_state_dtype;
+using cpu::cu_seqlens_offsets;
 using cpu::poisoned;
 using cpu::round_to;
 using cpu::widen;
@@ -100,27 +109,13 @@ struct Problem {
     c10::ScalarType out = c10::ScalarType::Float;
 };
 
-inline bool is_kernel_dtype(c10::ScalarType type) {
-    return type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
-}
-
-inline void check_float_cpu(const Problem& p, const at::Tensor& x, const char* name) {
-    LAV_CHECK(x.device().is_cpu(), p.name, " cpu: ", name, " must be a CPU tensor, got ",
-              x.device());
-    LAV_CHECK(is_kernel_dtype(x.scalar_type()), p.name, " cpu: ", name,
-              " must be fp32, fp16 or bf16, got ", scalar_type_name(x.scalar_type()));
-}
-
 inline void check_state_shape(const Problem& p, const at::Tensor& x, const char* name) {
-    check_float_cpu(p, x, name);
-    LAV_CHECK(x.sizes() == at::IntArrayRef({p.N, p.HV, p.K, p.V}), p.name, " cpu: ", name,
-              " must be [N, HV, K, V] = [", p.N, ", ", p.HV, ", ", p.K, ", ", p.V, "], got ",
-              x.sizes());
+    check_shape(p.name, x, name, "[N, HV, K, V]", {p.N, p.HV, p.K, p.V});
 }
 
 /// A [B, T, HV] per-step tensor (g or beta) as a head_last view, checked.
 inline at::Tensor per_step(const Problem& p, const at::Tensor& x, const char* name) {
-    check_float_cpu(p, x, name);
+    check_float_cpu(p.name, x, name);
     LAV_CHECK(x.dim() == 3, p.name, " cpu: ", name, " must be 3-d, got ", x.sizes());
     const at::Tensor hl = to_head_last(x, p.layout);
     LAV_CHECK(hl.sizes() == at::IntArrayRef({p.B, p.T, p.HV}), p.name, " cpu: ", name,
@@ -130,9 +125,7 @@ inline at::Tensor per_step(const Problem& p, const at::Tensor& x, const char* na
 
 /// A [HV] per-head parameter as a contiguous fp32 copy, checked.
 inline at::Tensor per_head(const Problem& p, const at::Tensor& x, const char* name) {
-    check_float_cpu(p, x, name);
-    LAV_CHECK(x.sizes() == at::IntArrayRef({p.HV}), p.name, " cpu: ", name, " must be [HV] = [",
-              p.HV, "], got ", x.sizes());
+    check_shape(p.name, x, name, "[HV]", {p.HV});
     return at::empty({p.HV}, at::kFloat).copy_(x);
 }
 
@@ -142,9 +135,9 @@ inline Problem make_problem(const Args& a, bool chunked) {
     // Preconditions
     LAV_CHECK(a.q.defined() && a.k.defined() && a.v.defined() && a.beta.defined(), p.name,
               " cpu needs q, k, v and beta");
-    check_float_cpu(p, a.q, "q");
-    check_float_cpu(p, a.k, "k");
-    check_float_cpu(p, a.v, "v");
+    check_float_cpu(p.name, a.q, "q");
+    check_float_cpu(p.name, a.k, "k");
+    check_float_cpu(p.name, a.v, "v");
     LAV_CHECK(a.q.dim() == 4 && a.k.dim() == 4 && a.v.dim() == 4, p.name,
               " cpu: q, k, v must be 4-d, got ", a.q.dim(), ", ", a.k.dim(), ", ", a.v.dim());
     p.in = a.q.scalar_type();
@@ -190,14 +183,7 @@ inline Problem make_problem(const Args& a, bool chunked) {
     p.beta_scale = a.allow_neg_eigval ? 2.0f : 1.0f;
     p.l2norm = a.l2norm;
 
-    std::vector<int64_t> cu;
-    if (a.cu_seqlens.defined()) {
-        LAV_CHECK(a.cu_seqlens.device().is_cpu() && a.cu_seqlens.scalar_type() == at::kLong &&
-                      a.cu_seqlens.dim() == 1 && a.cu_seqlens.numel() >= 2,
-                  p.name, " cpu: cu_seqlens must be a 1-d int64 CPU tensor of N + 1 >= 2 offsets");
-        const at::Tensor c = a.cu_seqlens.contiguous();
-        cu.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-    }
+    const std::vector<int64_t> cu = cu_seqlens_offsets(p.name, a.cu_seqlens);
     p.seqs = sequences(p.B, p.T, cu);
     p.N = num_sequences(p.B, cu);
 
@@ -205,32 +191,17 @@ inline Problem make_problem(const Args& a, bool chunked) {
         check_state_shape(p, a.h0, "h0");
         p.h0 = a.h0;
     }
-    LAV_CHECK(is_kernel_dtype(a.state_dtype), p.name,
-              " cpu: state dtype must be fp32, fp16 or bf16, got ",
-              scalar_type_name(a.state_dtype));
-    p.state = a.state_dtype;
-    p.out = a.output_dtype == c10::ScalarType::Undefined ? p.in : a.output_dtype;
-    LAV_CHECK(is_kernel_dtype(p.out), p.name, " cpu: output dtype must be fp32, fp16 or bf16, got ",
-              scalar_type_name(p.out));
-    if (chunked) {
-        const int64_t c = a.chunk_size;
-        LAV_CHECK(c >= 1 && c <= 64 && (c & (c - 1)) == 0, p.name,
-                  " cpu: chunk_size must be a power of two no larger than 64, got ", c);
-        p.chunk = c;
-    }
-    LAV_CHECK(std::isfinite(a.scale), p.name, " cpu: scale must be finite, got ", a.scale);
-    p.scale =
-        static_cast<float>(a.scale != 0.0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(p.K)));
+    p.state = checked_state_dtype(p.name, a.state_dtype);
+    p.out = checked_output_dtype(p.name, a.output_dtype, p.in);
+    if (chunked) p.chunk = checked_chunk_size(p.name, a.chunk_size);
+    p.scale = checked_scale(p.name, a.scale, p.K);
     return p;
 }
 
 /// d_o as a head_last view, checked against o's shape; dht checked against the state shape.
 inline at::Tensor check_cotangents(const Problem& p, const Args& a, const at::Tensor& d_o,
                                    const at::Tensor& dht) {
-    LAV_CHECK(d_o.defined(), p.name, " cpu backward needs d_o");
-    check_float_cpu(p, d_o, "d_o");
-    LAV_CHECK(d_o.sizes() == a.v.sizes(), p.name, " cpu: d_o must have o's shape ", a.v.sizes(),
-              ", got ", d_o.sizes());
+    check_d_o(p.name, d_o, a.v.sizes());
     if (dht.defined()) check_state_shape(p, dht, "dht");
     return to_head_last(d_o, a.layout);
 }

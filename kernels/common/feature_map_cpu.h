@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/cpu_args.h"
 #include "common/delta_chunk.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -64,20 +65,14 @@ struct Problem {
     c10::ScalarType in = c10::ScalarType::Float, out = c10::ScalarType::Float;
 };
 
-inline void check_dtype(const Args& a, const at::Tensor& x, const char* name) {
-    LAV_CHECK(x.device().is_cpu(), a.family, " cpu: ", name, " must be a CPU tensor");
-    LAV_CHECK(delta::detail::is_kernel_dtype(x.scalar_type()), a.family, " cpu: ", name,
-              " must be fp32, fp16 or bf16, got ", scalar_type_name(x.scalar_type()));
-}
-
 inline Problem make_problem(const Args& a) {
     Problem p;
     p.a = a;
     // Preconditions
     LAV_CHECK(a.q.defined() && a.k.defined() && a.v.defined(), a.family, " cpu needs q, k, v");
-    check_dtype(a, a.q, "q");
-    check_dtype(a, a.k, "k");
-    check_dtype(a, a.v, "v");
+    cpu::check_float_cpu(a.family, a.q, "q");
+    cpu::check_float_cpu(a.family, a.k, "k");
+    cpu::check_float_cpu(a.family, a.v, "v");
     LAV_CHECK(a.q.dim() == 4 && a.v.dim() == 4, a.family, " cpu: q, k, v must be 4-d");
     p.in = a.q.scalar_type();
     LAV_CHECK(a.k.scalar_type() == p.in && a.v.scalar_type() == p.in, a.family,
@@ -95,24 +90,12 @@ inline Problem make_problem(const Args& a) {
               ", got ", a.k.sizes());
     LAV_CHECK(p.v.size(0) == p.B && p.v.size(1) == p.T && p.v.size(2) == p.H, a.family,
               " cpu: v must agree with q in B, T and H, got ", a.v.sizes());
-    std::vector<int64_t> cu;
-    if (a.cu_seqlens.defined()) {
-        LAV_CHECK(a.cu_seqlens.device().is_cpu() && a.cu_seqlens.scalar_type() == at::kLong &&
-                      a.cu_seqlens.dim() == 1 && a.cu_seqlens.numel() >= 2,
-                  a.family, " cpu: cu_seqlens must be a 1-d int64 CPU tensor of N + 1 offsets");
-        const at::Tensor c = a.cu_seqlens.contiguous();
-        cu.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-    }
+    const std::vector<int64_t> cu = cpu::cu_seqlens_offsets(a.family, a.cu_seqlens);
     p.seqs = sequences(p.B, p.T, cu);
     p.N = num_sequences(p.B, cu);
-    LAV_CHECK(delta::detail::is_kernel_dtype(a.state_dtype), a.family,
-              " cpu: state dtype must be fp32, fp16 or bf16");
-    p.out = a.output_dtype == c10::ScalarType::Undefined ? p.in : a.output_dtype;
-    LAV_CHECK(delta::detail::is_kernel_dtype(p.out), a.family,
-              " cpu: output dtype must be fp32, fp16 or bf16");
-    const int64_t c = a.chunk_size;
-    LAV_CHECK(c >= 1 && c <= 64 && (c & (c - 1)) == 0, a.family,
-              " cpu: chunk_size must be a power of two no larger than 64, got ", c);
+    cpu::checked_state_dtype(a.family, a.state_dtype);
+    p.out = cpu::checked_output_dtype(a.family, a.output_dtype, p.in);
+    cpu::checked_chunk_size(a.family, a.chunk_size);
     LAV_CHECK(std::isfinite(a.scale) && a.scale > 0.0, a.family, " cpu: scale must be positive");
     return p;
 }

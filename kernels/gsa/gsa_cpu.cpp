@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_args.h"
 #include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -17,6 +18,8 @@
 
 namespace lav::kernels {
 namespace {
+
+constexpr const char* kFamily = "gsa";
 
 using cpu::poisoned;
 using cpu::round_to;
@@ -41,18 +44,8 @@ struct Problem {
     c10::ScalarType out = c10::ScalarType::Float;
 };
 
-bool is_kernel_dtype(c10::ScalarType type) {
-    return type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
-}
-
-void check_float_cpu(const at::Tensor& x, const char* name) {
-    LAV_CHECK(x.device().is_cpu(), "gsa cpu: ", name, " must be a CPU tensor, got ", x.device());
-    LAV_CHECK(is_kernel_dtype(x.scalar_type()), "gsa cpu: ", name,
-              " must be fp32, fp16 or bf16, got ", scalar_type_name(x.scalar_type()));
-}
-
 void check_sizes(const at::Tensor& x, const char* name, at::IntArrayRef expected) {
-    check_float_cpu(x, name);
+    cpu::check_float_cpu(kFamily, x, name);
     LAV_CHECK(x.sizes() == expected, "gsa cpu: ", name, " must be ", expected, ", got ", x.sizes());
 }
 
@@ -63,7 +56,7 @@ Problem make_problem(const GsaArgs& a, bool chunked) {
     for (const auto& [x, name] :
          {std::make_pair(&a.q, "q"), std::make_pair(&a.k, "k"), std::make_pair(&a.v, "v"),
           std::make_pair(&a.s, "s"), std::make_pair(&a.g, "g")}) {
-        check_float_cpu(*x, name);
+        cpu::check_float_cpu(kFamily, *x, name);
         LAV_CHECK(x->dim() == 4, "gsa cpu: ", name, " must be 4-d, got ", x->sizes());
     }
     Problem p;
@@ -95,14 +88,7 @@ Problem make_problem(const GsaArgs& a, bool chunked) {
     LAV_CHECK(p.g.sizes() == p.s.sizes(), "gsa cpu: g must have s's shape ", a.s.sizes(), ", got ",
               a.g.sizes());
 
-    std::vector<int64_t> cu;
-    if (a.cu_seqlens.defined()) {
-        LAV_CHECK(a.cu_seqlens.device().is_cpu() && a.cu_seqlens.scalar_type() == at::kLong &&
-                      a.cu_seqlens.dim() == 1 && a.cu_seqlens.numel() >= 2,
-                  "gsa cpu: cu_seqlens must be a 1-d int64 CPU tensor of N + 1 >= 2 offsets");
-        const at::Tensor c = a.cu_seqlens.contiguous();
-        cu.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-    }
+    const std::vector<int64_t> cu = cpu::cu_seqlens_offsets(kFamily, a.cu_seqlens);
     p.seqs = sequences(p.B, p.T, cu);
     p.N = num_sequences(p.B, cu);
 
@@ -111,30 +97,17 @@ Problem make_problem(const GsaArgs& a, bool chunked) {
     if (a.hv0.defined()) check_sizes(a.hv0, "hv0", {p.N, p.H, p.M, p.V});
     p.hk0 = a.hk0;
     p.hv0 = a.hv0;
-    LAV_CHECK(is_kernel_dtype(a.state_dtype),
-              "gsa cpu: state dtype must be fp32, fp16 or bf16, got ",
-              scalar_type_name(a.state_dtype));
-    p.state = a.state_dtype;
-    p.out = a.output_dtype == c10::ScalarType::Undefined ? p.in : a.output_dtype;
-    LAV_CHECK(is_kernel_dtype(p.out), "gsa cpu: output dtype must be fp32, fp16 or bf16, got ",
-              scalar_type_name(p.out));
-    if (chunked) {
-        const int64_t c = a.chunk_size;
-        LAV_CHECK(c >= 1 && c <= 64 && (c & (c - 1)) == 0,
-                  "gsa cpu: chunk_size must be a power of two no larger than 64, got ", c);
-        p.chunk = c;
-    }
-    LAV_CHECK(std::isfinite(a.scale), "gsa cpu: scale must be finite, got ", a.scale);
-    p.scale =
-        static_cast<float>(a.scale != 0.0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(p.K)));
+    p.state = cpu::checked_state_dtype(kFamily, a.state_dtype);
+    p.out = cpu::checked_output_dtype(kFamily, a.output_dtype, p.in);
+    if (chunked) p.chunk = cpu::checked_chunk_size(kFamily, a.chunk_size);
+    p.scale = cpu::checked_scale(kFamily, a.scale, p.K);
     return p;
 }
 
 /// d_o as a head_last view, checked against o's shape; dhkt and dhvt against the states'.
 at::Tensor check_cotangents(const Problem& p, const GsaArgs& a, const at::Tensor& d_o,
                             const at::Tensor& dhkt, const at::Tensor& dhvt) {
-    LAV_CHECK(d_o.defined(), "gsa cpu backward needs d_o");
-    check_sizes(d_o, "d_o", a.v.sizes());
+    cpu::check_d_o(kFamily, d_o, a.v.sizes());
     if (dhkt.defined()) check_sizes(dhkt, "dhkt", {p.N, p.H, p.K, p.M});
     if (dhvt.defined()) check_sizes(dhvt, "dhvt", {p.N, p.H, p.M, p.V});
     return to_head_last(d_o, a.layout);

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_args.h"
 #include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -17,6 +18,8 @@
 
 namespace lav::kernels {
 namespace {
+
+constexpr const char* kFamily = "hgrn";
 
 using cpu::poisoned;
 using cpu::widen;
@@ -36,27 +39,15 @@ struct Problem {
     c10::ScalarType out = c10::ScalarType::Float;
 };
 
-bool is_kernel_dtype(c10::ScalarType type) {
-    return type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
-}
-
-void check_float_cpu(const at::Tensor& x, const char* name) {
-    LAV_CHECK(x.device().is_cpu(), "hgrn cpu: ", name, " must be a CPU tensor, got ", x.device());
-    LAV_CHECK(is_kernel_dtype(x.scalar_type()), "hgrn cpu: ", name,
-              " must be fp32, fp16 or bf16, got ", scalar_type_name(x.scalar_type()));
-}
-
 void check_state_shape(const at::Tensor& x, const char* name, const Problem& p) {
-    check_float_cpu(x, name);
-    LAV_CHECK(x.sizes() == at::IntArrayRef({p.N, p.H, p.K}), "hgrn cpu: ", name,
-              " must be [N, H, K] = [", p.N, ", ", p.H, ", ", p.K, "], got ", x.sizes());
+    cpu::check_shape(kFamily, x, name, "[N, H, K]", {p.N, p.H, p.K});
 }
 
 Problem make_problem(const HgrnArgs& a, bool chunked) {
     // Preconditions
     LAV_CHECK(a.x.defined() && a.g.defined(), "hgrn cpu needs x and g");
-    check_float_cpu(a.x, "x");
-    check_float_cpu(a.g, "g");
+    cpu::check_float_cpu(kFamily, a.x, "x");
+    cpu::check_float_cpu(kFamily, a.g, "g");
     LAV_CHECK(a.x.dim() == 4, "hgrn cpu: x must be 4-d, got ", a.x.sizes());
     Problem p;
     p.in = a.x.scalar_type();
@@ -70,14 +61,7 @@ Problem make_problem(const HgrnArgs& a, bool chunked) {
     LAV_CHECK(a.g.sizes() == a.x.sizes(), "hgrn cpu: g must have x's shape ", a.x.sizes(), ", got ",
               a.g.sizes());
 
-    std::vector<int64_t> cu;
-    if (a.cu_seqlens.defined()) {
-        LAV_CHECK(a.cu_seqlens.device().is_cpu() && a.cu_seqlens.scalar_type() == at::kLong &&
-                      a.cu_seqlens.dim() == 1 && a.cu_seqlens.numel() >= 2,
-                  "hgrn cpu: cu_seqlens must be a 1-d int64 CPU tensor of N + 1 >= 2 offsets");
-        const at::Tensor c = a.cu_seqlens.contiguous();
-        cu.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-    }
+    const std::vector<int64_t> cu = cpu::cu_seqlens_offsets(kFamily, a.cu_seqlens);
     p.seqs = sequences(p.B, p.T, cu);
     p.N = num_sequences(p.B, cu);
 
@@ -85,29 +69,16 @@ Problem make_problem(const HgrnArgs& a, bool chunked) {
         check_state_shape(a.h0, "h0", p);
         p.h0 = a.h0;
     }
-    LAV_CHECK(is_kernel_dtype(a.state_dtype),
-              "hgrn cpu: state dtype must be fp32, fp16 or bf16, got ",
-              scalar_type_name(a.state_dtype));
-    p.state = a.state_dtype;
-    p.out = a.output_dtype == c10::ScalarType::Undefined ? p.in : a.output_dtype;
-    LAV_CHECK(is_kernel_dtype(p.out), "hgrn cpu: output dtype must be fp32, fp16 or bf16, got ",
-              scalar_type_name(p.out));
-    if (chunked) {
-        const int64_t c = a.chunk_size;
-        LAV_CHECK(c >= 1 && c <= 64 && (c & (c - 1)) == 0,
-                  "hgrn cpu: chunk_size must be a power of two no larger than 64, got ", c);
-        p.chunk = c;
-    }
+    p.state = cpu::checked_state_dtype(kFamily, a.state_dtype);
+    p.out = cpu::checked_output_dtype(kFamily, a.output_dtype, p.in);
+    if (chunked) p.chunk = cpu::checked_chunk_size(kFamily, a.chunk_size);
     return p;
 }
 
 /// d_o as a head_last view, checked against o's shape; dht checked against the state shape.
 at::Tensor check_cotangents(const Problem& p, const HgrnArgs& a, const at::Tensor& d_o,
                             const at::Tensor& dht) {
-    LAV_CHECK(d_o.defined(), "hgrn cpu backward needs d_o");
-    check_float_cpu(d_o, "d_o");
-    LAV_CHECK(d_o.sizes() == a.x.sizes(), "hgrn cpu: d_o must have o's shape ", a.x.sizes(),
-              ", got ", d_o.sizes());
+    cpu::check_d_o(kFamily, d_o, a.x.sizes());
     if (dht.defined()) check_state_shape(dht, "dht", p);
     return to_head_last(d_o, a.layout);
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/cpu_args.h"
 #include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -16,6 +17,8 @@
 
 namespace lav::kernels {
 namespace {
+
+constexpr const char* kFamily = "kda";
 
 using cpu::poisoned;
 using cpu::round_to;
@@ -52,27 +55,14 @@ struct Problem {
     c10::ScalarType out = c10::ScalarType::Float;
 };
 
-bool is_kernel_dtype(c10::ScalarType type) {
-    return type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
-}
-
-void check_float_cpu(const at::Tensor& x, const char* name) {
-    LAV_CHECK(x.device().is_cpu(), "kda cpu: ", name, " must be a CPU tensor, got ", x.device());
-    LAV_CHECK(is_kernel_dtype(x.scalar_type()), "kda cpu: ", name,
-              " must be fp32, fp16 or bf16, got ", scalar_type_name(x.scalar_type()));
-}
-
 void check_state_shape(const at::Tensor& x, const char* name, const Problem& p) {
-    check_float_cpu(x, name);
-    LAV_CHECK(x.sizes() == at::IntArrayRef({p.N, p.HV, p.K, p.V}), "kda cpu: ", name,
-              " must be [N, HV, K, V] = [", p.N, ", ", p.HV, ", ", p.K, ", ", p.V, "], got ",
-              x.sizes());
+    cpu::check_shape(kFamily, x, name, "[N, HV, K, V]", {p.N, p.HV, p.K, p.V});
 }
 
 /// A time-major tensor as a head_last view, checked against its expected head_last shape.
 at::Tensor time_major(const at::Tensor& x, const char* name, Layout layout,
                       at::IntArrayRef expected) {
-    check_float_cpu(x, name);
+    cpu::check_float_cpu(kFamily, x, name);
     LAV_CHECK(x.dim() == static_cast<int64_t>(expected.size()), "kda cpu: ", name, " must be ",
               expected.size(), "-d, got ", x.sizes());
     at::Tensor hl = to_head_last(x, layout);
@@ -85,9 +75,9 @@ Problem make_problem(const KdaArgs& a, bool chunked) {
     // Preconditions
     LAV_CHECK(a.q.defined() && a.k.defined() && a.v.defined() && a.g.defined() && a.beta.defined(),
               "kda cpu needs q, k, v, g and beta");
-    check_float_cpu(a.q, "q");
-    check_float_cpu(a.k, "k");
-    check_float_cpu(a.v, "v");
+    cpu::check_float_cpu(kFamily, a.q, "q");
+    cpu::check_float_cpu(kFamily, a.k, "k");
+    cpu::check_float_cpu(kFamily, a.v, "v");
     LAV_CHECK(a.q.dim() == 4 && a.v.dim() == 4, "kda cpu: q and v must be 4-d, got ", a.q.sizes(),
               " and ", a.v.sizes());
     Problem p;
@@ -116,15 +106,10 @@ Problem make_problem(const KdaArgs& a, bool chunked) {
     p.gate_in_kernel = a.use_gate_in_kernel;
     if (p.gate_in_kernel) {
         LAV_CHECK(a.A_log.defined(), "kda cpu: use_gate_in_kernel needs A_log");
-        check_float_cpu(a.A_log, "A_log");
-        LAV_CHECK(a.A_log.sizes() == at::IntArrayRef({p.HV}), "kda cpu: A_log must be [HV] = [",
-                  p.HV, "], got ", a.A_log.sizes());
+        cpu::check_shape(kFamily, a.A_log, "A_log", "[HV]", {p.HV});
         p.A_log = a.A_log.to(at::kFloat).contiguous();
         if (a.dt_bias.defined()) {
-            check_float_cpu(a.dt_bias, "dt_bias");
-            LAV_CHECK(a.dt_bias.sizes() == at::IntArrayRef({p.HV * p.K}),
-                      "kda cpu: dt_bias must be [HV * K] = [", p.HV * p.K, "], got ",
-                      a.dt_bias.sizes());
+            cpu::check_shape(kFamily, a.dt_bias, "dt_bias", "[HV * K]", {p.HV * p.K});
             p.dt_bias = a.dt_bias.to(at::kFloat).reshape({p.HV, p.K}).contiguous();
         }
     }
@@ -139,14 +124,7 @@ Problem make_problem(const KdaArgs& a, bool chunked) {
               "kda cpu: allow_neg_eigval needs use_beta_sigmoid_in_kernel");
     p.beta_factor = a.allow_neg_eigval ? 2.0f : 1.0f;
 
-    std::vector<int64_t> cu;
-    if (a.cu_seqlens.defined()) {
-        LAV_CHECK(a.cu_seqlens.device().is_cpu() && a.cu_seqlens.scalar_type() == at::kLong &&
-                      a.cu_seqlens.dim() == 1 && a.cu_seqlens.numel() >= 2,
-                  "kda cpu: cu_seqlens must be a 1-d int64 CPU tensor of N + 1 >= 2 offsets");
-        const at::Tensor c = a.cu_seqlens.contiguous();
-        cu.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-    }
+    const std::vector<int64_t> cu = cpu::cu_seqlens_offsets(kFamily, a.cu_seqlens);
     p.seqs = sequences(p.B, p.T, cu);
     p.N = num_sequences(p.B, cu);
 
@@ -154,32 +132,17 @@ Problem make_problem(const KdaArgs& a, bool chunked) {
         check_state_shape(a.h0, "h0", p);
         p.h0 = a.h0;
     }
-    LAV_CHECK(is_kernel_dtype(a.state_dtype),
-              "kda cpu: state dtype must be fp32, fp16 or bf16, got ",
-              scalar_type_name(a.state_dtype));
-    p.state = a.state_dtype;
-    p.out = a.output_dtype == c10::ScalarType::Undefined ? p.in : a.output_dtype;
-    LAV_CHECK(is_kernel_dtype(p.out), "kda cpu: output dtype must be fp32, fp16 or bf16, got ",
-              scalar_type_name(p.out));
-    if (chunked) {
-        const int64_t c = a.chunk_size;
-        LAV_CHECK(c >= 1 && c <= 64 && (c & (c - 1)) == 0,
-                  "kda cpu: chunk_size must be a power of two no larger than 64, got ", c);
-        p.chunk = c;
-    }
-    LAV_CHECK(std::isfinite(a.scale), "kda cpu: scale must be finite, got ", a.scale);
-    p.scale =
-        static_cast<float>(a.scale != 0.0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(p.K)));
+    p.state = cpu::checked_state_dtype(kFamily, a.state_dtype);
+    p.out = cpu::checked_output_dtype(kFamily, a.output_dtype, p.in);
+    if (chunked) p.chunk = cpu::checked_chunk_size(kFamily, a.chunk_size);
+    p.scale = cpu::checked_scale(kFamily, a.scale, p.K);
     return p;
 }
 
 /// d_o as a head_last view, checked against o's shape; dht checked against the state shape.
 at::Tensor check_cotangents(const Problem& p, const KdaArgs& a, const at::Tensor& d_o,
                             const at::Tensor& dht) {
-    LAV_CHECK(d_o.defined(), "kda cpu backward needs d_o");
-    check_float_cpu(d_o, "d_o");
-    LAV_CHECK(d_o.sizes() == a.v.sizes(), "kda cpu: d_o must have o's shape ", a.v.sizes(),
-              ", got ", d_o.sizes());
+    cpu::check_d_o(kFamily, d_o, a.v.sizes());
     if (dht.defined()) check_state_shape(dht, "dht", p);
     return to_head_last(d_o, a.layout);
 }

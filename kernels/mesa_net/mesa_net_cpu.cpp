@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_args.h"
 #include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -25,6 +26,8 @@
 namespace lav::kernels {
 namespace {
 
+constexpr const char* kFamily = "mesa_net";
+
 using cpu::poisoned;
 using cpu::round_to;
 using cpu::widen;
@@ -33,10 +36,6 @@ using cpu::widen;
 constexpr float kL2NormEps = 1e-6f;
 /// The guard FLA adds to both divisions of its conjugate gradient.
 constexpr float kCgGuard = 1e-5f;
-
-bool is_kernel_dtype(c10::ScalarType t) {
-    return t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
-}
 
 /// The validated arguments: head_last views and the dtypes of the contract.
 struct Problem {
@@ -51,11 +50,6 @@ struct Problem {
     c10::ScalarType in = at::kFloat, state = at::kFloat, out = at::kFloat;
 };
 
-void check_cpu_float(const at::Tensor& x, const char* name) {
-    LAV_CHECK(x.device().is_cpu() && is_kernel_dtype(x.scalar_type()), "mesa_net cpu: ", name,
-              " must be an fp32, fp16 or bf16 CPU tensor, got ", x.toString());
-}
-
 Problem make_problem(const MesaNetArgs& a, bool chunked) {
     Problem p;
     // Preconditions
@@ -65,7 +59,7 @@ Problem make_problem(const MesaNetArgs& a, bool chunked) {
     for (const auto& [x, name] : {std::make_pair(&a.q, "q"), std::make_pair(&a.k, "k"),
                                   std::make_pair(&a.v, "v"), std::make_pair(&a.g, "g"),
                                   std::make_pair(&a.beta, "beta"), std::make_pair(&a.lamb, "lamb")})
-        check_cpu_float(*x, name);
+        cpu::check_float_cpu(kFamily, *x, name);
     LAV_CHECK(a.q.dim() == 4 && a.k.dim() == 4 && a.v.dim() == 4,
               "mesa_net cpu: q, k, v must be 4-d");
     p.in = a.q.scalar_type();
@@ -94,44 +88,24 @@ Problem make_problem(const MesaNetArgs& a, bool chunked) {
               " got ",
               a.lamb.sizes());
     p.lamb = widen(a.lamb);
-    std::vector<int64_t> cu;
-    if (a.cu_seqlens.defined()) {
-        LAV_CHECK(a.cu_seqlens.scalar_type() == at::kLong && a.cu_seqlens.dim() == 1 &&
-                      a.cu_seqlens.numel() >= 2,
-                  "mesa_net cpu: cu_seqlens must be a 1-d int64 tensor of N + 1 >= 2 offsets");
-        const at::Tensor c = a.cu_seqlens.contiguous();
-        cu.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-    }
+    const std::vector<int64_t> cu = cpu::cu_seqlens_offsets(kFamily, a.cu_seqlens);
     p.seqs = sequences(p.B, p.T, cu);
     p.N = num_sequences(p.B, cu);
     if (a.h_kk0.defined()) {
-        check_cpu_float(a.h_kk0, "h_kk0");
-        LAV_CHECK(a.h_kk0.sizes() == at::IntArrayRef({p.N, p.H, p.K, p.K}),
-                  "mesa_net cpu: h_kk0 must be [N, H, K, K], got ", a.h_kk0.sizes());
+        cpu::check_shape(kFamily, a.h_kk0, "h_kk0", "[N, H, K, K]", {p.N, p.H, p.K, p.K});
         p.h_kk0 = a.h_kk0;
     }
     if (a.h_kv0.defined()) {
-        check_cpu_float(a.h_kv0, "h_kv0");
-        LAV_CHECK(a.h_kv0.sizes() == at::IntArrayRef({p.N, p.H, p.K, p.V}),
-                  "mesa_net cpu: h_kv0 must be [N, H, K, V], got ", a.h_kv0.sizes());
+        cpu::check_shape(kFamily, a.h_kv0, "h_kv0", "[N, H, K, V]", {p.N, p.H, p.K, p.V});
         p.h_kv0 = a.h_kv0;
     }
-    LAV_CHECK(is_kernel_dtype(a.state_dtype),
-              "mesa_net cpu: state dtype must be fp32, fp16 or "
-              "bf16");
-    p.state = a.state_dtype;
-    p.out = a.output_dtype == c10::ScalarType::Undefined ? p.in : a.output_dtype;
-    LAV_CHECK(is_kernel_dtype(p.out), "mesa_net cpu: output dtype must be fp32, fp16 or bf16");
+    p.state = cpu::checked_state_dtype(kFamily, a.state_dtype);
+    p.out = cpu::checked_output_dtype(kFamily, a.output_dtype, p.in);
     LAV_CHECK(a.max_cg_iterations >= 0, "mesa_net cpu: max_cg_iterations must be >= 0");
     p.iters = a.max_cg_iterations == 0 ? p.K : a.max_cg_iterations;
     p.l2norm = a.use_qk_l2norm_in_kernel;
     p.chunked = chunked;
-    if (chunked) {
-        const int64_t c = a.chunk_size;
-        LAV_CHECK(c >= 1 && c <= 64 && (c & (c - 1)) == 0,
-                  "mesa_net cpu: chunk_size must be a power of two no larger than 64, got ", c);
-        p.block = c;
-    }
+    if (chunked) p.block = cpu::checked_chunk_size(kFamily, a.chunk_size);
     return p;
 }
 
@@ -300,9 +274,7 @@ MesaNetFwd forward(const MesaNetArgs& args, bool chunked) {
 MesaNetGrads backward(const MesaNetArgs& args, const at::Tensor& d_o, const at::Tensor& dht_kk,
                       const at::Tensor& dht_kv, bool chunked) {
     const Problem p = make_problem(args, chunked);
-    LAV_CHECK(d_o.defined(), "mesa_net cpu backward needs d_o");
-    check_cpu_float(d_o, "d_o");
-    LAV_CHECK(d_o.sizes() == args.v.sizes(), "mesa_net cpu: d_o must have o's shape");
+    cpu::check_d_o(kFamily, d_o, args.v.sizes());
     if (dht_kk.defined())
         LAV_CHECK(dht_kk.sizes() == at::IntArrayRef({p.N, p.H, p.K, p.K}),
                   "mesa_net cpu: dht_kk must be [N, H, K, K]");

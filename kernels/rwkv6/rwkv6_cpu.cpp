@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cpu_args.h"
 #include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -18,6 +19,8 @@
 
 namespace lav::kernels {
 namespace {
+
+constexpr const char* kFamily = "rwkv6";
 
 using cpu::poisoned;
 using cpu::round_to;
@@ -41,21 +44,8 @@ struct Problem {
     c10::ScalarType out = c10::ScalarType::Float;
 };
 
-bool is_kernel_dtype(c10::ScalarType type) {
-    return type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
-}
-
-void check_float_cpu(const at::Tensor& x, const char* name) {
-    LAV_CHECK(x.device().is_cpu(), "rwkv6 cpu: ", name, " must be a CPU tensor, got ", x.device());
-    LAV_CHECK(is_kernel_dtype(x.scalar_type()), "rwkv6 cpu: ", name,
-              " must be fp32, fp16 or bf16, got ", scalar_type_name(x.scalar_type()));
-}
-
 void check_state_shape(const at::Tensor& x, const char* name, const Problem& p) {
-    check_float_cpu(x, name);
-    LAV_CHECK(x.sizes() == at::IntArrayRef({p.N, p.H, p.K, p.V}), "rwkv6 cpu: ", name,
-              " must be [N, H, K, V] = [", p.N, ", ", p.H, ", ", p.K, ", ", p.V, "], got ",
-              x.sizes());
+    cpu::check_shape(kFamily, x, name, "[N, H, K, V]", {p.N, p.H, p.K, p.V});
 }
 
 Problem make_problem(const Rwkv6Args& a, bool chunked) {
@@ -64,7 +54,7 @@ Problem make_problem(const Rwkv6Args& a, bool chunked) {
               "rwkv6 cpu needs q, k, v, w and u");
     for (const auto& [x, name] : {std::pair{&a.q, "q"}, std::pair{&a.k, "k"}, std::pair{&a.v, "v"},
                                   std::pair{&a.w, "w"}, std::pair{&a.u, "u"}})
-        check_float_cpu(*x, name);
+        cpu::check_float_cpu(kFamily, *x, name);
     LAV_CHECK(a.q.dim() == 4 && a.k.dim() == 4 && a.v.dim() == 4 && a.w.dim() == 4,
               "rwkv6 cpu: q, k, v and w must be 4-d");
     Problem p;
@@ -92,45 +82,23 @@ Problem make_problem(const Rwkv6Args& a, bool chunked) {
               ", ", p.K, "], got ", a.u.sizes());
     p.u = widen(a.u);
 
-    std::vector<int64_t> cu;
-    if (a.cu_seqlens.defined()) {
-        LAV_CHECK(a.cu_seqlens.device().is_cpu() && a.cu_seqlens.scalar_type() == at::kLong &&
-                      a.cu_seqlens.dim() == 1 && a.cu_seqlens.numel() >= 2,
-                  "rwkv6 cpu: cu_seqlens must be a 1-d int64 CPU tensor of N + 1 >= 2 offsets");
-        const at::Tensor c = a.cu_seqlens.contiguous();
-        cu.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-    }
+    const std::vector<int64_t> cu = cpu::cu_seqlens_offsets(kFamily, a.cu_seqlens);
     p.seqs = sequences(p.B, p.T, cu);
     p.N = num_sequences(p.B, cu);
     if (a.h0.defined()) {
         check_state_shape(a.h0, "h0", p);
         p.h0 = a.h0;
     }
-    LAV_CHECK(is_kernel_dtype(a.state_dtype),
-              "rwkv6 cpu: state dtype must be fp32, fp16 or bf16, got ",
-              scalar_type_name(a.state_dtype));
-    p.state = a.state_dtype;
-    p.out = a.output_dtype == c10::ScalarType::Undefined ? p.in : a.output_dtype;
-    LAV_CHECK(is_kernel_dtype(p.out), "rwkv6 cpu: output dtype must be fp32, fp16 or bf16, got ",
-              scalar_type_name(p.out));
-    if (chunked) {
-        const int64_t c = a.chunk_size;
-        LAV_CHECK(c >= 1 && c <= 64 && (c & (c - 1)) == 0,
-                  "rwkv6 cpu: chunk_size must be a power of two no larger than 64, got ", c);
-        p.chunk = c;
-    }
-    LAV_CHECK(std::isfinite(a.scale), "rwkv6 cpu: scale must be finite, got ", a.scale);
-    p.scale =
-        static_cast<float>(a.scale != 0.0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(p.K)));
+    p.state = cpu::checked_state_dtype(kFamily, a.state_dtype);
+    p.out = cpu::checked_output_dtype(kFamily, a.output_dtype, p.in);
+    if (chunked) p.chunk = cpu::checked_chunk_size(kFamily, a.chunk_size);
+    p.scale = cpu::checked_scale(kFamily, a.scale, p.K);
     return p;
 }
 
 at::Tensor check_cotangents(const Problem& p, const Rwkv6Args& a, const at::Tensor& d_o,
                             const at::Tensor& dht) {
-    LAV_CHECK(d_o.defined(), "rwkv6 cpu backward needs d_o");
-    check_float_cpu(d_o, "d_o");
-    LAV_CHECK(d_o.sizes() == a.v.sizes(), "rwkv6 cpu: d_o must have o's shape ", a.v.sizes(),
-              ", got ", d_o.sizes());
+    cpu::check_d_o(kFamily, d_o, a.v.sizes());
     if (dht.defined()) check_state_shape(dht, "dht", p);
     return to_head_last(d_o, a.layout);
 }

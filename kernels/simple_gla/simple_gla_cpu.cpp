@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/cpu_args.h"
 #include "common/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -17,6 +18,8 @@
 
 namespace lav::kernels {
 namespace {
+
+constexpr const char* kFamily = "simple_gla";
 
 using cpu::poisoned;
 using cpu::round_to;
@@ -40,30 +43,16 @@ struct Problem {
     c10::ScalarType out = c10::ScalarType::Float;
 };
 
-bool is_kernel_dtype(c10::ScalarType type) {
-    return type == at::kFloat || type == at::kHalf || type == at::kBFloat16;
-}
-
-void check_float_cpu(const at::Tensor& x, const char* name) {
-    LAV_CHECK(x.device().is_cpu(), "simple_gla cpu: ", name, " must be a CPU tensor, got ",
-              x.device());
-    LAV_CHECK(is_kernel_dtype(x.scalar_type()), "simple_gla cpu: ", name,
-              " must be fp32, fp16 or bf16, got ", scalar_type_name(x.scalar_type()));
-}
-
 void check_state_shape(const at::Tensor& x, const char* name, const Problem& p) {
-    check_float_cpu(x, name);
-    LAV_CHECK(x.sizes() == at::IntArrayRef({p.N, p.H, p.K, p.V}), "simple_gla cpu: ", name,
-              " must be [N, H, K, V] = [", p.N, ", ", p.H, ", ", p.K, ", ", p.V, "], got ",
-              x.sizes());
+    cpu::check_shape(kFamily, x, name, "[N, H, K, V]", {p.N, p.H, p.K, p.V});
 }
 
 Problem make_problem(const SimpleGlaArgs& a, bool chunked) {
     // Preconditions
     LAV_CHECK(a.q.defined() && a.k.defined() && a.v.defined(), "simple_gla cpu needs q, k and v");
-    check_float_cpu(a.q, "q");
-    check_float_cpu(a.k, "k");
-    check_float_cpu(a.v, "v");
+    cpu::check_float_cpu(kFamily, a.q, "q");
+    cpu::check_float_cpu(kFamily, a.k, "k");
+    cpu::check_float_cpu(kFamily, a.v, "v");
     LAV_CHECK(a.q.dim() == 4 && a.k.dim() == 4 && a.v.dim() == 4,
               "simple_gla cpu: q, k, v must be 4-d, got ", a.q.dim(), ", ", a.k.dim(), ", ",
               a.v.dim());
@@ -91,28 +80,18 @@ Problem make_problem(const SimpleGlaArgs& a, bool chunked) {
     LAV_CHECK(!(a.g.defined() && a.g_gamma.defined()),
               "simple_gla cpu: g and g_gamma cannot be given together");
     if (a.g.defined()) {
-        check_float_cpu(a.g, "g");
+        cpu::check_float_cpu(kFamily, a.g, "g");
         LAV_CHECK(a.g.dim() == 3, "simple_gla cpu: g must be 3-d, got ", a.g.sizes());
         p.g = to_head_last(a.g, a.layout);
         LAV_CHECK(p.g.sizes() == at::IntArrayRef({p.B, p.T, p.H}),
                   "simple_gla cpu: g must match q's B, T, H in the same layout, got ", a.g.sizes());
     }
     if (a.g_gamma.defined()) {
-        check_float_cpu(a.g_gamma, "g_gamma");
-        LAV_CHECK(a.g_gamma.sizes() == at::IntArrayRef({p.H}),
-                  "simple_gla cpu: g_gamma must be [H] = [", p.H, "], got ", a.g_gamma.sizes());
+        cpu::check_shape(kFamily, a.g_gamma, "g_gamma", "[H]", {p.H});
         p.g_gamma = a.g_gamma.to(at::kFloat).contiguous();
     }
 
-    std::vector<int64_t> cu;
-    if (a.cu_seqlens.defined()) {
-        LAV_CHECK(a.cu_seqlens.device().is_cpu() && a.cu_seqlens.scalar_type() == at::kLong &&
-                      a.cu_seqlens.dim() == 1 && a.cu_seqlens.numel() >= 2,
-                  "simple_gla cpu: cu_seqlens must be a 1-d int64 CPU tensor of N + 1 >= 2 "
-                  "offsets");
-        const at::Tensor c = a.cu_seqlens.contiguous();
-        cu.assign(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
-    }
+    const std::vector<int64_t> cu = cpu::cu_seqlens_offsets(kFamily, a.cu_seqlens);
     p.seqs = sequences(p.B, p.T, cu);
     p.N = num_sequences(p.B, cu);
 
@@ -120,35 +99,17 @@ Problem make_problem(const SimpleGlaArgs& a, bool chunked) {
         check_state_shape(a.h0, "h0", p);
         p.h0 = a.h0;
     }
-    LAV_CHECK(is_kernel_dtype(a.state_dtype),
-              "simple_gla cpu: state dtype must be fp32, fp16 or "
-              "bf16, got ",
-              scalar_type_name(a.state_dtype));
-    p.state = a.state_dtype;
-    p.out = a.output_dtype == c10::ScalarType::Undefined ? p.in : a.output_dtype;
-    LAV_CHECK(is_kernel_dtype(p.out),
-              "simple_gla cpu: output dtype must be fp32, fp16 or bf16, "
-              "got ",
-              scalar_type_name(p.out));
-    if (chunked) {
-        const int64_t c = a.chunk_size;
-        LAV_CHECK(c >= 1 && c <= 64 && (c & (c - 1)) == 0,
-                  "simple_gla cpu: chunk_size must be a power of two no larger than 64, got ", c);
-        p.chunk = c;
-    }
-    LAV_CHECK(std::isfinite(a.scale), "simple_gla cpu: scale must be finite, got ", a.scale);
-    p.scale =
-        static_cast<float>(a.scale != 0.0 ? a.scale : 1.0 / std::sqrt(static_cast<double>(p.K)));
+    p.state = cpu::checked_state_dtype(kFamily, a.state_dtype);
+    p.out = cpu::checked_output_dtype(kFamily, a.output_dtype, p.in);
+    if (chunked) p.chunk = cpu::checked_chunk_size(kFamily, a.chunk_size);
+    p.scale = cpu::checked_scale(kFamily, a.scale, p.K);
     return p;
 }
 
 /// d_o as a head_last view, checked against o's shape; dht checked against the state shape.
 at::Tensor check_cotangents(const Problem& p, const SimpleGlaArgs& a, const at::Tensor& d_o,
                             const at::Tensor& dht) {
-    LAV_CHECK(d_o.defined(), "simple_gla cpu backward needs d_o");
-    check_float_cpu(d_o, "d_o");
-    LAV_CHECK(d_o.sizes() == a.v.sizes(), "simple_gla cpu: d_o must have o's shape ", a.v.sizes(),
-              ", got ", d_o.sizes());
+    cpu::check_d_o(kFamily, d_o, a.v.sizes());
     if (dht.defined()) check_state_shape(dht, "dht", p);
     return to_head_last(d_o, a.layout);
 }
