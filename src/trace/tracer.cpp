@@ -3,9 +3,11 @@
 
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "core/dtype.h"
@@ -83,13 +85,11 @@ std::string describe(const TensorInfo& info) {
 
 // ---- Trace ----
 
-Trace::Trace() : name_cache_(kNameCache), prune_at_(kFirstPrune) {
+Trace::Trace() : name_cache_(kNameCache) {
     // reserved in large blocks, apart from the small blocks of the traced code's heap
     raw_ops_.reserve(kReserveOps);
     tensors_.reserve(3 * kReserveOps);
     dims_.reserve(12 * kReserveOps);
-    known_.reserve(kFirstPrune);
-    index_known();
 }
 Trace::~Trace() = default;
 Trace::Trace(Trace&&) noexcept = default;
@@ -142,7 +142,7 @@ OpRecord Trace::materialize(int64_t seq) const {
 
 void Trace::label(const at::Tensor& tensor, std::string name, Role role) {
     LAV_CHECK(tensor.defined(), "trace: cannot label an undefined tensor as '", name, "'");
-    Known& known = remember(tensor);
+    Known& known = known_.remember(tensor.unsafeGetTensorImpl());
     known.label = static_cast<int32_t>(labels_.size());
     if (known.producer >= 0) {
         const RawOp& producer = raw_ops_[known.producer];
@@ -158,66 +158,138 @@ void Trace::label(const at::Tensor& tensor, std::string name, Role role) {
 }
 
 int64_t Trace::producer_of(const at::Tensor& tensor) const {
-    const Known* known = tensor.defined() ? find(tensor.unsafeGetTensorImpl()) : nullptr;
+    const Known* known = tensor.defined() ? known_.find(tensor.unsafeGetTensorImpl()) : nullptr;
     return known == nullptr ? -1 : known->producer;
 }
 
 int Trace::producer_output_of(const at::Tensor& tensor) const {
-    const Known* known = tensor.defined() ? find(tensor.unsafeGetTensorImpl()) : nullptr;
+    const Known* known = tensor.defined() ? known_.find(tensor.unsafeGetTensorImpl()) : nullptr;
     return known == nullptr || known->producer < 0 ? 0 : known->producer_output;
 }
 
 std::string Trace::label_of(const at::Tensor& tensor) const {
-    const Known* known = tensor.defined() ? find(tensor.unsafeGetTensorImpl()) : nullptr;
+    const Known* known = tensor.defined() ? known_.find(tensor.unsafeGetTensorImpl()) : nullptr;
     return known == nullptr || known->label < 0 ? "" : labels_[known->label].name;
 }
 
 Role Trace::role_of(const at::Tensor& tensor) const {
-    const Known* known = tensor.defined() ? find(tensor.unsafeGetTensorImpl()) : nullptr;
+    const Known* known = tensor.defined() ? known_.find(tensor.unsafeGetTensorImpl()) : nullptr;
     return known == nullptr || known->label < 0 ? Role::unspecified : labels_[known->label].role;
 }
 
-const Trace::Known* Trace::find(const c10::TensorImpl* impl) const {
-    // a moved-from trace has no index
+// ---- Trace::ProducerMap ----
+
+Trace::ProducerMap::ProducerMap() : prune_at_(kFirstPrune) {
+    // at most prune_at_ entries until the next pruning: at most half full
+    slots_.resize(2 * kFirstPrune);
+    live_.reserve(kFirstPrune);
+}
+
+Trace::ProducerMap::~ProducerMap() { release_all(); }
+
+Trace::ProducerMap::ProducerMap(ProducerMap&& other) noexcept
+    : prune_at_(other.prune_at_), young_next_(other.young_next_) {
+    slots_.swap(other.slots_);
+    std::swap(count_, other.count_);
+    std::copy(std::begin(other.young_), std::end(other.young_), std::begin(young_));
+}
+
+Trace::ProducerMap& Trace::ProducerMap::operator=(ProducerMap&& other) noexcept {
+    if (this != &other) {
+        release_all();
+        slots_.clear();
+        slots_.swap(other.slots_);
+        count_ = std::exchange(other.count_, 0);
+        prune_at_ = other.prune_at_;
+        std::copy(std::begin(other.young_), std::end(other.young_), std::begin(young_));
+        young_next_ = other.young_next_;
+    }
+    return *this;
+}
+
+void Trace::ProducerMap::release_all() {
+    for (Known& k : slots_)
+        if (k.key != nullptr) c10::raw::weak_intrusive_ptr::decref(std::exchange(k.key, nullptr));
+    count_ = 0;
+}
+
+const Trace::Known* Trace::ProducerMap::find(const c10::TensorImpl* impl) const {
+    // a moved-from map has no slots
     if (slots_.empty()) return nullptr;
     const size_t mask = slots_.size() - 1;
     for (size_t i = slot_hash(impl) & mask;; i = (i + 1) & mask) {
-        if (slots_[i].key == impl) return &known_[slots_[i].index];
+        if (slots_[i].key == impl) return &slots_[i];
         if (slots_[i].key == nullptr) return nullptr;
     }
 }
 
-Trace::Known& Trace::remember(const at::Tensor& t) {
-    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+Trace::Known& Trace::ProducerMap::remember(c10::TensorImpl* impl) {
     if (const Known* known = find(impl)) return const_cast<Known&>(*known);
-    if (known_.size() >= prune_at_ || slots_.empty()) prune();
+    // an entry made kYoung entries ago is most often a temporary that has died since:
+    // releasing it now rather than at the next pruning lets the allocator reuse its block at
+    // once, instead of serving the traced code from colder memory in the meantime
+    if (const c10::TensorImpl* young = std::exchange(young_[young_next_], impl))
+        drop_if_dead(young);
+    young_next_ = (young_next_ + 1) % kYoung;
+    if (count_ >= prune_at_ || slots_.empty()) prune();
+    c10::raw::weak_intrusive_ptr::incref(impl);
     const size_t mask = slots_.size() - 1;
     size_t i = slot_hash(impl) & mask;
     while (slots_[i].key != nullptr) i = (i + 1) & mask;
-    slots_[i] = {impl, static_cast<uint32_t>(known_.size())};
-    return known_.emplace_back(impl, t.getIntrusivePtr());
+    slots_[i] = Known{};
+    slots_[i].key = impl;
+    ++count_;
+    return slots_[i];
 }
 
-void Trace::prune() {
-    known_.erase(std::remove_if(known_.begin(), known_.end(),
-                                [](const Known& k) { return k.ref.expired(); }),
-                 known_.end());
-    prune_at_ = std::max(kFirstPrune, 2 * known_.size());
-    index_known();
+void Trace::ProducerMap::drop_if_dead(const c10::TensorImpl* impl) {
+    // an entry found is pinned by its weak reference, so its TensorImpl is still there to ask
+    const Known* known = find(impl);
+    if (known != nullptr && c10::raw::weak_intrusive_ptr::use_count(known->key) == 0)
+        erase_at(static_cast<size_t>(known - slots_.data()));
 }
 
-void Trace::index_known() {
-    // at most prune_at_ entries until the next pruning: keep the index at most half full
+void Trace::ProducerMap::erase_at(size_t slot) {
+    c10::raw::weak_intrusive_ptr::decref(slots_[slot].key);
+    --count_;
+    // backward-shift deletion: entries after the hole move into it where their probe sequence
+    // passes it, so that no lookup stops early at the hole
+    const size_t mask = slots_.size() - 1;
+    size_t hole = slot;
+    for (size_t i = (hole + 1) & mask; slots_[i].key != nullptr; i = (i + 1) & mask) {
+        const size_t home = slot_hash(slots_[i].key) & mask;
+        if (((i - home) & mask) >= ((i - hole) & mask)) {
+            slots_[hole] = slots_[i];
+            hole = i;
+        }
+    }
+    slots_[hole] = Known{};
+}
+
+void Trace::ProducerMap::prune() {
+    live_.clear();
+    for (const Known& k : slots_) {
+        if (k.key == nullptr) continue;
+        if (c10::raw::weak_intrusive_ptr::use_count(k.key) == 0)
+            c10::raw::weak_intrusive_ptr::decref(k.key);
+        else
+            live_.push_back(k);
+    }
+    prune_at_ = std::max(kFirstPrune, 2 * live_.size());
+    // at most prune_at_ entries until the next pruning: keep the table at most half full
     size_t size = 1;
     while (size < 2 * prune_at_) size *= 2;
-    slots_.assign(size, Slot{});
+    slots_.assign(size, Known{});
     const size_t mask = size - 1;
-    for (size_t n = 0; n < known_.size(); ++n) {
-        size_t i = slot_hash(known_[n].key) & mask;
+    for (const Known& k : live_) {
+        size_t i = slot_hash(k.key) & mask;
         while (slots_[i].key != nullptr) i = (i + 1) & mask;
-        slots_[i] = {known_[n].key, static_cast<uint32_t>(n)};
+        slots_[i] = k;
     }
+    count_ = live_.size();
 }
+
+// ---- Trace, recording ----
 
 uint32_t Trace::intern_name(const char* name) {
     // op names are mostly schema names that live as long as the op registry, so the pointer
@@ -262,7 +334,7 @@ void Trace::on_start(const at::RecordFunction& fn) {
         record_tensor(raw, t);
         // the weak references in known_ keep a freed tensor's address from being reused, so
         // an entry found here is this very tensor
-        if (const Known* known = find(t.unsafeGetTensorImpl())) {
+        if (const Known* known = known_.find(t.unsafeGetTensorImpl())) {
             raw.producer = known->producer;
             raw.producer_output = known->producer_output;
             raw.label = known->label;
@@ -303,7 +375,7 @@ void Trace::on_end(const at::RecordFunction& fn) {
             }
         }
         // the latest op to return a tensor is its producer; an in-place op keeps its label
-        Known& known = remember(t);
+        Known& known = known_.remember(t.unsafeGetTensorImpl());
         known.producer = open.seq;
         known.producer_output = slot;
         raw.producer = open.seq;

@@ -25,7 +25,6 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
-#include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>
 #include <memory>
@@ -134,19 +133,48 @@ class Trace {
         std::string name;
         Role role;
     };
+    // what the producer map knows of a tensor
     struct Known {
-        Known(const c10::TensorImpl* key, const c10::intrusive_ptr<c10::TensorImpl>& tensor)
-            : key(key), ref(tensor) {}
-        const c10::TensorImpl* key;
-        c10::weak_intrusive_ptr<c10::TensorImpl> ref;  // pins the address against reuse
+        c10::TensorImpl* key = nullptr;  // null: an empty slot
         int64_t producer = -1;
         int32_t producer_output = 0;
         int32_t label = -1;
     };
-    // a slot of the open-addressing index of known_; key null: empty
-    struct Slot {
-        const c10::TensorImpl* key = nullptr;
-        uint32_t index = 0;
+    // The producer map: the tensors seen as outputs or labelled, by TensorImpl, in one
+    // open-addressing table (linear probing, at most half full). It holds a weak reference
+    // to each (c10::raw::weak_intrusive_ptr), so that a freed tensor's address cannot be
+    // reused while an entry names it. Dead tensors are dropped, and released, when the map
+    // reaches prune_at_ entries; each new entry is also looked at again kYoung entries later,
+    // when a temporary has usually died, so that most are released soon after they die.
+    class ProducerMap {
+      public:
+        ProducerMap();
+        ~ProducerMap();
+        ProducerMap(ProducerMap&& other) noexcept;
+        ProducerMap& operator=(ProducerMap&& other) noexcept;
+        ProducerMap(const ProducerMap&) = delete;
+        ProducerMap& operator=(const ProducerMap&) = delete;
+
+        /// The entry of `impl`; nullptr when the map has none.
+        const Known* find(const c10::TensorImpl* impl) const;
+        /// The entry of `impl`, made (with no producer) if the map has none. Valid until the
+        /// next call.
+        Known& remember(c10::TensorImpl* impl);
+
+      private:
+        static constexpr size_t kYoung = 8;
+        void drop_if_dead(const c10::TensorImpl* impl);
+        void erase_at(size_t slot);
+        void prune();
+        void release_all();
+
+        std::vector<Known> slots_;  // a power of two of them; empty once moved from
+        size_t count_ = 0;
+        size_t prune_at_;
+        std::vector<Known> live_;  // scratch space of prune()
+        // the last kYoung entries made, oldest at young_next_; null: none
+        c10::TensorImpl* young_[kYoung] = {};
+        size_t young_next_ = 0;
     };
     // a direct-mapped cache from op-name pointers to names_
     struct NameSlot {
@@ -163,10 +191,6 @@ class Trace {
     void on_end(const at::RecordFunction& fn);
     void record_tensor(RawTensor& raw, const at::Tensor& t);
     uint32_t intern_name(const char* name);
-    const Known* find(const c10::TensorImpl* impl) const;
-    Known& remember(const at::Tensor& t);
-    void prune();
-    void index_known();
     TensorInfo materialize(const RawTensor& raw) const;
     OpRecord materialize(int64_t seq) const;
 
@@ -180,11 +204,7 @@ class Trace {
     // past the count keep their capacity for the next ops
     std::vector<Open> open_;
     size_t open_count_ = 0;
-    // the producer map: tensors seen as outputs or labelled, found through slots_ (linear
-    // probing, at most half full); dead ones are dropped when known_ reaches prune_at_
-    std::vector<Known> known_;
-    std::vector<Slot> slots_;
-    size_t prune_at_;
+    ProducerMap known_;
     // ops() builds records from raw_ops_ as far as they are complete
     mutable std::vector<OpRecord> ops_;
 };

@@ -6,7 +6,9 @@
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -244,6 +246,36 @@ TEST(Tracer, FreedAddressesAreNeverMisattributed) {
     }
     // 3 ops a round: the producer map was pruned of dead tensors several times on the way
     EXPECT_GE(scope.stop().ops().size(), static_cast<size_t>(3 * kRounds));
+}
+
+TEST(Tracer, ProducersSurviveTensorsDyingInAnyOrder) {
+    // hundreds of live tensors while temporaries die at once and others in random order:
+    // entries leave the producer map one by one and in prunings, and every live tensor must
+    // keep its producer
+    constexpr int kSteps = 6000;
+    constexpr size_t kLive = 400;
+    std::mt19937 random(7);
+    TraceScope scope;
+    Trace& trace = scope.trace();
+    std::vector<std::pair<at::Tensor, int64_t>> live;
+    for (int step = 0; step < kSteps; ++step) {
+        { const at::Tensor temporary = at::empty({1}); }
+        if (live.size() < kLive || random() % 2 == 0) {
+            at::Tensor t = at::empty({1});
+            live.emplace_back(t, static_cast<int64_t>(trace.size()) - 1);
+        }
+        if (live.size() > kLive / 2 && random() % 2 == 0) {
+            std::swap(live[random() % live.size()], live.back());
+            live.pop_back();
+        }
+        if (step % 500 == 499)
+            for (const auto& [t, seq] : live)
+                ASSERT_EQ(trace.producer_of(t), seq) << "step " << step;
+    }
+    for (const auto& [t, seq] : live) {
+        ASSERT_EQ(trace.producer_of(t), seq);
+        EXPECT_EQ(trace.ops()[seq].op, "aten::empty");
+    }
 }
 
 TEST(Tracer, NothingIsRecordedWithoutAScope) {
