@@ -341,7 +341,7 @@ TensorMap run_prologue(const scenario::Prologue& prologue, TensorMap env,
         for (const auto& [name, tensor] : env) hooks.on_input(name, tensor);
     const at::DeviceType device = env.empty() ? at::kCPU : env.begin()->second.device().type();
     Executor executor(prologue, env);
-    std::optional<AutocastGuard> region;
+    std::optional<trace::AutocastGuard> region;
     switch (prologue.autocast) {
         case scenario::AutocastMode::off:
             break;
@@ -368,23 +368,6 @@ TensorMap run_prologue(const scenario::Prologue& prologue, TensorMap env,
         if (hooks.on_assign) hooks.on_assign(statement.target, value);
     }
     return env;
-}
-
-AutocastGuard::AutocastGuard(at::DeviceType device, bool enabled,
-                             std::optional<at::ScalarType> dtype)
-    : device_(device),
-      was_enabled_(at::autocast::is_autocast_enabled(device)),
-      was_dtype_(at::autocast::get_autocast_dtype(device)) {
-    at::autocast::set_autocast_enabled(device, enabled);
-    if (dtype) at::autocast::set_autocast_dtype(device, *dtype);
-    at::autocast::increment_nesting();
-}
-
-AutocastGuard::~AutocastGuard() {
-    // as torch.autocast's __exit__: the cast cache lives as long as the outermost region
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(device_, was_enabled_);
-    at::autocast::set_autocast_dtype(device_, was_dtype_);
 }
 
 }  // namespace lav::harness

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "scenario/prologue.h"
+#include "trace/autocast.h"
 
 namespace lav::harness {
 
@@ -50,22 +51,5 @@ TensorMap make_prologue_tensors(const scenario::Prologue& prologue, uint64_t see
 /// autocast mode cannot be had on the tensors' device (fp16 needs CUDA tensors).
 TensorMap run_prologue(const scenario::Prologue& prologue, TensorMap env,
                        const PrologueHooks& hooks = {});
-
-/// An autocast region on one device type for its lifetime: sets whether autocast is enabled and
-/// its lower precision type, and restores both (and the nesting count and cast cache, as
-/// torch.autocast does) when it ends.
-class AutocastGuard {
-  public:
-    /// `dtype`: the lower precision type when `enabled`; nullopt keeps the current one.
-    AutocastGuard(at::DeviceType device, bool enabled, std::optional<at::ScalarType> dtype);
-    ~AutocastGuard();
-    AutocastGuard(const AutocastGuard&) = delete;
-    AutocastGuard& operator=(const AutocastGuard&) = delete;
-
-  private:
-    at::DeviceType device_;
-    bool was_enabled_;
-    at::ScalarType was_dtype_;
-};
 
 }  // namespace lav::harness

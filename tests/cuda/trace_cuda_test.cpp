@@ -8,39 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "common/trace_test.h"
 #include "trace/analysis.h"
+#include "trace/autocast.h"
 #include "trace/tracer.h"
 
 namespace lav::trace {
 namespace {
-
-/// Turns CUDA autocast on in `dtype` for its lifetime and restores the previous state.
-class CudaAutocast {
-  public:
-    explicit CudaAutocast(c10::ScalarType dtype)
-        : was_enabled_(at::autocast::is_autocast_enabled(at::kCUDA)),
-          old_dtype_(at::autocast::get_autocast_dtype(at::kCUDA)) {
-        at::autocast::set_autocast_enabled(at::kCUDA, true);
-        at::autocast::set_autocast_dtype(at::kCUDA, dtype);
-    }
-    ~CudaAutocast() {
-        at::autocast::set_autocast_enabled(at::kCUDA, was_enabled_);
-        at::autocast::set_autocast_dtype(at::kCUDA, old_dtype_);
-        at::autocast::clear_cache();
-    }
-
-  private:
-    bool was_enabled_;
-    c10::ScalarType old_dtype_;
-};
-
-/// The depth-0 ops of a trace.
-std::vector<const OpRecord*> top_level(const Trace& trace) {
-    std::vector<const OpRecord*> out;
-    for (const OpRecord& op : trace.ops())
-        if (op.depth == 0) out.push_back(&op);
-    return out;
-}
 
 void expect_on_cuda(const std::vector<TensorInfo>& tensors, const std::string& what) {
     for (const TensorInfo& t : tensors) {
@@ -137,7 +111,7 @@ TEST(TraceCuda, CudaAutocastIsRecordedForCudaOpsOnly) {
     at::Tensor y;
     at::Tensor cpu;
     {
-        CudaAutocast autocast(at::kHalf);
+        AutocastGuard autocast(at::kCUDA, true, at::kHalf);
         y = at::matmul(x, w);
         // CPU autocast stays off
         cpu = c * 2;

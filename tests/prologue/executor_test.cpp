@@ -21,6 +21,7 @@ namespace {
 using scenario::AutocastMode;
 using scenario::parse_prologue;
 using scenario::split_lines;
+using trace::AutocastGuard;
 
 at::Tensor randn(at::IntArrayRef shape, at::ScalarType type, uint64_t seed) {
     at::Generator rng = at::detail::createCPUGenerator(seed);

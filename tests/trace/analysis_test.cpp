@@ -10,30 +10,11 @@
 
 #include "core/error.h"
 #include "reference/simple_gla.h"
+#include "trace/autocast.h"
 #include "trace/tracer.h"
 
 namespace lav::trace {
 namespace {
-
-/// Turns CPU autocast on in `dtype` for its lifetime and restores the previous state.
-class CpuAutocast {
-  public:
-    explicit CpuAutocast(c10::ScalarType dtype)
-        : was_enabled_(at::autocast::is_autocast_enabled(at::kCPU)),
-          old_dtype_(at::autocast::get_autocast_dtype(at::kCPU)) {
-        at::autocast::set_autocast_enabled(at::kCPU, true);
-        at::autocast::set_autocast_dtype(at::kCPU, dtype);
-    }
-    ~CpuAutocast() {
-        at::autocast::set_autocast_enabled(at::kCPU, was_enabled_);
-        at::autocast::set_autocast_dtype(at::kCPU, old_dtype_);
-        at::autocast::clear_cache();
-    }
-
-  private:
-    bool was_enabled_;
-    c10::ScalarType old_dtype_;
-};
 
 // ---- PROMOTION ----
 
@@ -116,7 +97,7 @@ TEST(Promotion, AutocastUpcastSaysSo) {
     at::Tensor p;
     {
         // prod runs in fp32 under CPU autocast
-        CpuAutocast autocast(at::kBFloat16);
+        AutocastGuard autocast(at::kCPU, true, at::kBFloat16);
         p = at::prod(x, 1);
     }
     Trace done = scope.stop();

@@ -11,38 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "common/trace_test.h"
 #include "core/error.h"
+#include "trace/autocast.h"
 
 namespace lav::trace {
 namespace {
-
-/// Turns CPU autocast on in `dtype` for its lifetime and restores the previous state.
-class CpuAutocast {
-  public:
-    explicit CpuAutocast(c10::ScalarType dtype)
-        : was_enabled_(at::autocast::is_autocast_enabled(at::kCPU)),
-          old_dtype_(at::autocast::get_autocast_dtype(at::kCPU)) {
-        at::autocast::set_autocast_enabled(at::kCPU, true);
-        at::autocast::set_autocast_dtype(at::kCPU, dtype);
-    }
-    ~CpuAutocast() {
-        at::autocast::set_autocast_enabled(at::kCPU, was_enabled_);
-        at::autocast::set_autocast_dtype(at::kCPU, old_dtype_);
-        at::autocast::clear_cache();
-    }
-
-  private:
-    bool was_enabled_;
-    c10::ScalarType old_dtype_;
-};
-
-/// The depth-0 ops of a trace.
-std::vector<const OpRecord*> top_level(const Trace& trace) {
-    std::vector<const OpRecord*> out;
-    for (const OpRecord& op : trace.ops())
-        if (op.depth == 0) out.push_back(&op);
-    return out;
-}
 
 TEST(Tracer, RecordsDtypesShapesAndProducers) {
     const at::Tensor a = at::ones({2, 3}, at::kHalf);  // made before the scope: external
@@ -204,7 +178,7 @@ TEST(Tracer, AutocastIsRecorded) {
     TraceScope scope;
     at::Tensor on;
     {
-        CpuAutocast autocast(at::kBFloat16);
+        AutocastGuard autocast(at::kCPU, true, at::kBFloat16);
         on = at::matmul(a, b);
     }
     const at::Tensor off = at::matmul(a, b);
@@ -268,9 +242,10 @@ TEST(Tracer, ProducersSurviveTensorsDyingInAnyOrder) {
             std::swap(live[random() % live.size()], live.back());
             live.pop_back();
         }
-        if (step % 500 == 499)
+        if (step % 500 == 499) {
             for (const auto& [t, seq] : live)
                 ASSERT_EQ(trace.producer_of(t), seq) << "step " << step;
+        }
     }
     for (const auto& [t, seq] : live) {
         ASSERT_EQ(trace.producer_of(t), seq);
