@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "report/console.h"
 #include "report/junit.h"
 
 namespace lav::cli {
@@ -66,8 +67,8 @@ int cmd_gate(const std::vector<std::string>& args) {
             UsageError, run.complete, run_file,
             " is an incomplete run; finish it (lav run --resume) before making it a baseline");
         report::write_report(baseline_file, report::make_baseline(run));
-        std::cout << "baseline written: " << baseline_file << " (" << run.cases.size()
-                  << " cases)\n";
+        std::cout << "baseline written: " << baseline_file << " ("
+                  << report::plural(run.cases.size(), "case") << ")\n";
         return 0;
     }
     const report::Report baseline = report::read_report(baseline_file);

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "report/console.h"
 
 namespace lav::cli {
 
@@ -29,7 +30,8 @@ int cmd_validate(const std::vector<std::string>& args) {
     const auto cases = load_cases(paths, registry, {limit, vm["long"].as<bool>()});
     std::map<std::string, int> per_file;
     for (const auto& c : cases) ++per_file[c.file];
-    for (const auto& [file, n] : per_file) std::cout << "ok  " << file << "  (" << n << " cases)\n";
+    for (const auto& [file, n] : per_file)
+        std::cout << "ok  " << file << "  (" << report::plural(n, "case") << ")\n";
     return 0;
 }
 

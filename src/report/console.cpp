@@ -61,10 +61,6 @@ std::string shorten_id(const std::string& id) {
     return first_code_points(id, kMaxIdWidth - 1 - tail) + "…" + last_code_points(id, tail);
 }
 
-std::string plural(size_t n, const char* noun) {
-    return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
-}
-
 /// Each line of `text` on its own line, indented by two spaces.
 void print_indented(std::ostream& out, const std::string& text) {
     size_t start = 0;
@@ -76,6 +72,10 @@ void print_indented(std::ostream& out, const std::string& text) {
 }
 
 }  // namespace
+
+std::string plural(size_t n, const char* noun) {
+    return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
 
 void print_summary_table(std::ostream& out, const Report& report) {
     // id, verdict, worst tensor, rel_rmse, bound, seconds

@@ -8,11 +8,16 @@
 //       if (c.verdict != "pass") report::print_case_failure(std::cout, c);
 #pragma once
 
+#include <cstddef>
 #include <ostream>
+#include <string>
 
 #include "report/report.h"
 
 namespace lav::report {
+
+/// "1 case", "3 cases": a count and its noun, in the plural unless it is one.
+std::string plural(size_t n, const char* noun);
 
 /// One aligned row per case: id (long ones shortened in the middle), verdict (PASS, FAIL,
 /// ERROR), worst tensor with its rel_rmse and bound (%.2e), seconds; then the totals line
