@@ -35,35 +35,41 @@ constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 
-/// Shared memory of one block. Operands are stored with the contraction axis contiguous, so
-/// that every fragment element pair is one 32-bit load; pitches of 8 extra elements put the
-/// eight rows a fragment reads in distinct banks.
-template <typename T, int KT, int BV>
+/// Shared memory of one block. Tiles are stored as loaded, [row][column], and ldmatrix
+/// transposes the operands that need it; pitches of 8 extra elements keep its rows in
+/// distinct banks.
+template <typename T, int KT, int BV, bool PerKey>
 struct Tiles {
-    static constexpr int PK = KT + 8, PR = kRows + 8;
+    static constexpr int PK = KT + 8, PV = BV + 8, PR = kRows + 8;
     // cp.async destinations start 16-byte aligned
     union alignas(16) {
         T q[kRows][PK];
-        T kd_lo[KT][PR];  // the state gradient pass: low half of its fp32 key operand
+        T kd_lo[kRows][PK];  // the state gradient pass (no q there): its key operand's low half
     };
     alignas(16) T k[kRows][PK];
-    alignas(16) T v_rows[kRows][BV + 8];  // values as loaded, [row][column]
+    alignas(16) T v[kRows][PV];
+    // the state update's rounded operand: decayed keys (per-key gate, state gradient pass) or
+    // decayed values (per-row gate); a 16-bit per-key gate as loaded, before its cumsum
     union alignas(16) {
-        T kd[KT][PR];                      // keys as the state update takes them, [key][row]
-        unsigned short g_rows[kRows][PK];  // a 16-bit per-key gate as loaded, before its cumsum
+        T kd[kRows][PK];
+        T vd[kRows][PV];
+        unsigned short g_rows[kRows][PK];
     };
-    T v[BV][PR], vd[BV][PR];             // values and decayed values, [column][row]
-    T a[kRows][PR];                      // masked decayed scores rounded to T
-    T s_hi[BV][PK], s_lo[BV][PK];        // stored state entering the chunk, [column][key], split
-    alignas(16) float g[kRows][KT + 4];  // per-key gate cumsum G
-    float grow[kRows];                   // per-row gate cumsum G
+    alignas(16) T a[kRows][PR];                       // masked decayed scores rounded to T
+    alignas(16) T s_hi[KT][PV], s_lo[KT][PV];         // stored state entering the chunk, split
+    alignas(16) float g[PerKey ? kRows : 1][KT + 4];  // per-key gate cumsum G
+    float grow[kRows];                                // per-row gate cumsum G
 };
 
+// A per-row gate needs no fp32 gate tile, and two blocks fit on a streaming multiprocessor
+template <bool PerKey>
+constexpr int kBlocksPerSm = PerKey ? 1 : 2;
+
 template <typename T, int KT, int BV, bool PerKey>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
     chunk_forward(GatedLinearProblem p, void* states, bool reverse, bool vec, bool g_vec) {
     using H = Half16<T>;
-    using Tile = Tiles<T, KT, BV>;
+    using Tile = Tiles<T, KT, BV, PerKey>;
     constexpr int MT = KT / 64;  // 16-key row tiles of the state per warp
     constexpr int NT = BV / 16;  // 8-column tiles per warp: half a value tile
     extern __shared__ float4 smem[];
@@ -79,6 +85,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int r0 = 16 * block, cv0 = half * BV / 2;
     // a 16-bit per-key gate goes through g_rows only when its rows are copied whole
     const bool g16 = p.g.dtype != DType::f32 && g_vec;
+    // the per-row gate decays the values of the state update unless there is none
+    const bool decay_v = !PerKey && !reverse && p.gate != Gate::none;
 
     // S[m][c][e]: key block·KT/4 + 16m + g8 (+8 for e ≥ 2), column cv0 + 8c + 2·t4 (+1 for
     // odd e); the same element layout serves o
@@ -109,24 +117,36 @@ __global__ void __launch_bounds__(kThreads, 1)
 
         if (outputs) load_rows<T, T, kRows, KT>(t.q, p.q, s, c0, len, h, 0, p.dk, vec);
         load_rows<T, T, kRows, KT>(t.k, p.k, s, c0, len, h, 0, p.dk, vec);
-        load_rows<T, T, kRows, BV>(t.v_rows, p.v, s, c0, len, h, v0, p.dv, vec);
+        load_rows<T, T, kRows, BV>(t.v, p.v, s, c0, len, h, v0, p.dv, vec);
         if (PerKey && g16)
             load_rows<unsigned short, unsigned short, kRows, KT>(t.g_rows, p.g, s, c0, len, h, 0,
                                                                  p.dk, true);
         else if (PerKey)
             load_rows<float, float, kRows, KT>(t.g, p.g, s, c0, len, h, 0, p.dk, g_vec);
         // while the copies fly: the state entering the chunk, as stored, to `states`, and
-        // split for q·h
+        // split for q·h, two adjacent columns a 32-bit store
         const int64_t slot = (first + chunk) * p.heads + h;
-        for_state([&](float x, int key, int col) {
-            if (states != nullptr && key < p.dk && v0 + col < p.dv)
-                store(states, p.state, (slot * p.dk + key) * p.dv + v0 + col, x);
-            if (!outputs) return;
-            const float stored = rounded(x, p.state);
-            const T hi = H::from(stored);
-            t.s_hi[col][key] = hi;
-            t.s_lo[col][key] = H::from(split ? stored - H::to(hi) : 0.f);
-        });
+        if (states != nullptr)
+            for_state([&](float x, int key, int col) {
+                if (key < p.dk && v0 + col < p.dv)
+                    store(states, p.state, (slot * p.dk + key) * p.dv + v0 + col, x);
+            });
+        if (outputs)
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int c = 0; c < NT; ++c)
+#pragma unroll
+                    for (int e = 0; e < 4; e += 2) {
+                        const float x0 = rounded(S[m][c][e], p.state);
+                        const float x1 = rounded(S[m][c][e + 1], p.state);
+                        const T hi0 = H::from(x0), hi1 = H::from(x1);
+                        T* hi = &t.s_hi[key_of(m, e)][col_of(c, e)];
+                        T* lo = &t.s_lo[key_of(m, e)][col_of(c, e)];
+                        *reinterpret_cast<uint32_t*>(hi) = H::bits(hi0) | H::bits(hi1) << 16;
+                        *reinterpret_cast<uint32_t*>(lo) =
+                            split ? pair<T>(x0 - H::to(hi0), x1 - H::to(hi1)) : 0u;
+                    }
         if (!PerKey && threadIdx.x < kRows) {
             const int i = threadIdx.x;
             float x = 0.f;
@@ -155,32 +175,35 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         __syncthreads();
 
-        // the state update's operands: k ⊙ exp(Λ − G) rounded (per-key gate) or
-        // v ⊙ exp(Λ − G) rounded (per-row gate), as FLA's chunk_fwd_h rounds them
-        // or, for the state gradient, q ⊙ exp(G) · scale kept fp32 as the two halves
-        for (int e = threadIdx.x; e < KT * kRows; e += kThreads) {
-            const int d = e / kRows, r = e % kRows;
-            if (reverse) {
-                const float x = H::to(t.k[r][d]) * (PerKey ? __expf(t.g[r][d]) * p.scale
-                                                           : __expf(t.grow[r]) * p.scale);
-                const T hi = H::from(x);
-                t.kd[d][r] = hi;
-                t.kd_lo[d][r] = H::from(x - H::to(hi));
-            } else {
-                t.kd[d][r] = PerKey
-                                 ? H::from(H::to(t.k[r][d]) * __expf(t.g[kRows - 1][d] - t.g[r][d]))
-                                 : t.k[r][d];
+        // the state update's operands, two adjacent elements a step: k ⊙ exp(Λ − G) rounded
+        // (per-key gate) or v ⊙ exp(Λ − G) rounded (per-row gate), as FLA's chunk_fwd_h
+        // rounds them; or, for the state gradient, q ⊙ exp(G) · scale kept fp32 as two halves
+        if (PerKey || reverse)
+            for (int e = threadIdx.x; e < kRows * KT / 2; e += kThreads) {
+                const int r = e / (KT / 2), d = 2 * (e % (KT / 2));
+                const float2 x = to_float2<T>(word(&t.k[r][d]));
+                float2 f;
+                if constexpr (!PerKey)
+                    f.x = f.y = __expf(t.grow[r]) * p.scale;
+                else if (reverse)
+                    f = make_float2(__expf(t.g[r][d]) * p.scale, __expf(t.g[r][d + 1]) * p.scale);
+                else
+                    f = make_float2(__expf(t.g[kRows - 1][d] - t.g[r][d]),
+                                    __expf(t.g[kRows - 1][d + 1] - t.g[r][d + 1]));
+                const float y0 = x.x * f.x, y1 = x.y * f.y;
+                const T hi0 = H::from(y0), hi1 = H::from(y1);
+                *reinterpret_cast<uint32_t*>(&t.kd[r][d]) = H::bits(hi0) | H::bits(hi1) << 16;
+                if (reverse)
+                    *reinterpret_cast<uint32_t*>(&t.kd_lo[r][d]) =
+                        pair<T>(y0 - H::to(hi0), y1 - H::to(hi1));
             }
-        }
-        for (int e = threadIdx.x; e < BV * kRows; e += kThreads) {
-            const int c = e / kRows, r = e % kRows;
-            const T x = t.v_rows[r][c];
-            t.v[c][r] = x;
-            if (!PerKey)
-                t.vd[c][r] = p.gate == Gate::none
-                                 ? x
-                                 : H::from(H::to(x) * __expf(t.grow[kRows - 1] - t.grow[r]));
-        }
+        if (decay_v)
+            for (int e = threadIdx.x; e < kRows * BV / 2; e += kThreads) {
+                const int r = e / (BV / 2), c = 2 * (e % (BV / 2));
+                const float2 x = to_float2<T>(word(&t.v[r][c]));
+                const float f = __expf(t.grow[kRows - 1] - t.grow[r]);
+                *reinterpret_cast<uint32_t*>(&t.vd[r][c]) = pair<T>(x.x * f, x.y * f);
+            }
         __syncthreads();
 
         if (outputs) {
@@ -237,10 +260,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                 for (int c = 0; c < NT; ++c) {
                     uint32_t b[2];
-                    fragment_b(b, t.s_hi, cv0 + 8 * c, kk);
+                    fragment_b_rows(b, t.s_hi, kk, cv0 + 8 * c);
                     H::mma(o[c], a, b);
                     if (!split) continue;
-                    fragment_b(b, t.s_lo, cv0 + 8 * c, kk);
+                    fragment_b_rows(b, t.s_lo, kk, cv0 + 8 * c);
                     H::mma(o[c], a, b);
                 }
             }
@@ -255,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                 for (int c = 0; c < NT; ++c) {
                     uint32_t b[2];
-                    fragment_b(b, t.v, cv0 + 8 * c, kk);
+                    fragment_b_rows(b, t.v, kk, cv0 + 8 * c);
                     H::mma(o[c], a, b);
                 }
             }
@@ -273,17 +296,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         for_state([&](float& x, int key, int) {
             x *= PerKey ? __expf(t.g[kRows - 1][key]) : __expf(t.grow[kRows - 1]);
         });
+        const T(*keys)[Tile::PK] = PerKey || reverse ? t.kd : t.k;
+        const T(*values)[Tile::PV] = decay_v ? t.vd : t.v;
 #pragma unroll
         for (int kk = 0; kk < kRows; kk += 16)
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
                 uint32_t a[4], a_lo[4];
-                fragment_a(a, t.kd, block * (KT / 4) + 16 * m, kk);
-                if (reverse) fragment_a(a_lo, t.kd_lo, block * (KT / 4) + 16 * m, kk);
+                fragment_a_rows(a, keys, kk, block * (KT / 4) + 16 * m);
+                if (reverse) fragment_a_rows(a_lo, t.kd_lo, kk, block * (KT / 4) + 16 * m);
 #pragma unroll
                 for (int c = 0; c < NT; ++c) {
                     uint32_t b[2];
-                    fragment_b(b, PerKey || reverse ? t.v : t.vd, cv0 + 8 * c, kk);
+                    fragment_b_rows(b, values, kk, cv0 + 8 * c);
                     H::mma(S[m][c], a, b);
                     if (reverse) H::mma(S[m][c], a_lo, b);
                 }
@@ -299,8 +324,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <typename T, int KT, int BV, bool PerKey>
 void launch(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
     const auto kernel = chunk_forward<T, KT, BV, PerKey>;
-    const int bytes = int(sizeof(Tiles<T, KT, BV>));
+    const int bytes = int(sizeof(Tiles<T, KT, BV, PerKey>));
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+               "gated linear tensor-core forward");
+    // all of the unified L1 as shared memory, so that kBlocksPerSm blocks fit side by side
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared),
                "gated linear tensor-core forward");
     const bool vec = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk) && rows_aligned(p.v, p.dv);
     const dim3 grid(unsigned(p.seqs.n * p.heads), unsigned((p.dv + BV - 1) / BV));
@@ -317,8 +346,9 @@ void launch_keys(const GatedLinearProblem& p, void* states, bool reverse, cudaSt
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                "cudaDeviceGetAttribute");
-    const bool narrow = p.seqs.n * p.heads * ((p.dv + 31) / 32) <= sms;
     const bool per_key = p.gate == Gate::per_key;
+    const int resident = sms * (per_key ? kBlocksPerSm<true> : kBlocksPerSm<false>);
+    const bool narrow = p.seqs.n * p.heads * ((p.dv + 31) / 32) <= resident;
     if (narrow)
         per_key ? launch<T, KT, 32, true>(p, states, reverse, stream)
                 : launch<T, KT, 32, false>(p, states, reverse, stream);

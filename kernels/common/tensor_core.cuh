@@ -73,31 +73,52 @@ __device__ __forceinline__ uint32_t pair(float lo, float hi) {
     return Half16<T>::bits(Half16<T>::from(lo)) | Half16<T>::bits(Half16<T>::from(hi)) << 16;
 }
 
+/// The shared-memory address ldmatrix and cp.async take.
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// The fragment loads below use ldmatrix: each lane addresses one 16-byte row of an 8×8
+// matrix, so tiles need pitches of whole 16 bytes and columns at multiples of 8. Pitches of
+// 8 extra elements put the eight rows of a matrix in distinct banks.
+
 /// The A fragment (rows r0 + [0, 16), contraction c0 + [0, 16)) of a row-major tile.
 template <typename T, int P>
 __device__ __forceinline__ void fragment_a(uint32_t (&a)[4], const T (*x)[P], int r0, int c0) {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    a[0] = word(&x[r0 + g][c0 + 2 * t]);
-    a[1] = word(&x[r0 + g + 8][c0 + 2 * t]);
-    a[2] = word(&x[r0 + g][c0 + 2 * t + 8]);
-    a[3] = word(&x[r0 + g + 8][c0 + 2 * t + 8]);
+    // matrices (rows, columns): (r0, c0), (r0 + 8, c0), (r0, c0 + 8), (r0 + 8, c0 + 8)
+    const int lane = threadIdx.x % 32;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(smem_address(&x[r0 + lane % 16][c0 + lane / 16 * 8])));
+}
+
+/// The A fragment (rows r0 + [0, 16), contraction c0 + [0, 16)) of a tile stored
+/// [contraction][row], transposed on the way.
+template <typename T, int P>
+__device__ __forceinline__ void fragment_a_rows(uint32_t (&a)[4], const T (*x)[P], int c0, int r0) {
+    // matrices (contraction, rows): (c0, r0), (c0, r0 + 8), (c0 + 8, r0), (c0 + 8, r0 + 8)
+    const int lane = threadIdx.x % 32;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(smem_address(&x[c0 + lane / 16 * 8 + lane % 8][r0 + lane / 8 % 2 * 8])));
 }
 
 /// The B fragment (columns n0 + [0, 8), contraction c0 + [0, 16)) of a tile stored
 /// [column][contraction].
 template <typename T, int P>
 __device__ __forceinline__ void fragment_b(uint32_t (&b)[2], const T (*y)[P], int n0, int c0) {
-    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    b[0] = word(&y[n0 + g][c0 + 2 * t]);
-    b[1] = word(&y[n0 + g][c0 + 2 * t + 8]);
+    // lanes 0-7 address the first matrix (columns n0, contraction c0), lanes 8-15 the second
+    const int lane = threadIdx.x % 16;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(smem_address(&y[n0 + lane % 8][c0 + lane / 8 * 8])));
 }
 
 /// 16 bytes from global to shared memory without a trip through registers (sm_80's
 /// cp.async), or 16 zero bytes when !valid; complete after copies_wait().
 __device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
-    const unsigned to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src),
-                 "r"(valid ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)),
+                 "l"(src), "r"(valid ? 16 : 0));
 }
 
 __device__ __forceinline__ void copies_wait() { asm volatile("cp.async.wait_all;\n" ::); }
@@ -128,15 +149,13 @@ __device__ void load_rows(D (*dst)[P], const Strided& x, const Span& s, int64_t 
 }
 
 /// The B fragment (contraction k0 + [0, 16), columns n0 + [0, 8)) of a tile stored
-/// [contraction][column], transposed on the way by ldmatrix.
+/// [contraction][column], transposed on the way.
 template <typename T, int P>
 __device__ __forceinline__ void fragment_b_rows(uint32_t (&b)[2], const T (*x)[P], int k0, int n0) {
     // lanes 0-7 address the rows of the first 8×8 matrix, lanes 8-15 those of the second
-    const unsigned at =
-        static_cast<unsigned>(__cvta_generic_to_shared(&x[k0 + threadIdx.x % 16][n0]));
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
                  : "=r"(b[0]), "=r"(b[1])
-                 : "r"(at));
+                 : "r"(smem_address(&x[k0 + threadIdx.x % 16][n0])));
 }
 
 /// The A fragment (rows r0 + [0, 16), contraction c0 + [0, 16)) of an fp32 tile x, or of xᵀ
