@@ -1,4 +1,4 @@
-#bench / profile_op.py — one lav CUDA op at one shape, for a profiler to watch.Not a test.
+# bench/profile_op.py — one lav CUDA op at one shape, for a profiler to watch. Not a test.
 """Runs ``torch.ops.lav.<op>`` forward (``--pass fwd``) or forward and backward (``--pass fwdbwd``)
 ``--repeat`` times on inputs drawn as bench/cuda_ops.py draws them, so that a profiler can pick
 one launch of one kernel, e.g.
