@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -42,6 +43,43 @@ __device__ __forceinline__ void store(void* p, DType d, int64_t i, float x) {
         default:
             static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
             break;
+    }
+}
+
+/// Elements i and, when `both`, i + 1: one store where they share an aligned word.
+__device__ __forceinline__ void store_pair(void* p, DType d, int64_t i, float x0, float x1,
+                                           bool both) {
+    switch (d) {
+        case DType::f32: {
+            float* y = static_cast<float*>(p) + i;
+            if (both && reinterpret_cast<uintptr_t>(y) % 8 == 0) {
+                *reinterpret_cast<float2*>(y) = make_float2(x0, x1);
+                return;
+            }
+            y[0] = x0;
+            if (both) y[1] = x1;
+            return;
+        }
+        case DType::f16: {
+            __half* y = static_cast<__half*>(p) + i;
+            if (both && reinterpret_cast<uintptr_t>(y) % 4 == 0) {
+                *reinterpret_cast<__half2*>(y) = __floats2half2_rn(x0, x1);
+                return;
+            }
+            y[0] = __float2half_rn(x0);
+            if (both) y[1] = __float2half_rn(x1);
+            return;
+        }
+        default: {
+            __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p) + i;
+            if (both && reinterpret_cast<uintptr_t>(y) % 4 == 0) {
+                *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(x0, x1);
+                return;
+            }
+            y[0] = __float2bfloat16_rn(x0);
+            if (both) y[1] = __float2bfloat16_rn(x1);
+            return;
+        }
     }
 }
 

@@ -102,6 +102,24 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) f(S[m][c][e], key_of(m, e), col_of(c, e));
     };
+    // f(S element pair, key, first column) over pairs of adjacent columns
+    const auto for_state_pairs = [&](auto&& f) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+            for (int c = 0; c < NT; ++c)
+#pragma unroll
+                for (int e = 0; e < 4; e += 2)
+                    f(S[m][c][e], S[m][c][e + 1], key_of(m, e), col_of(c, e));
+    };
+    // stores the state to `to` ([K, V] at `base`), as stored, two columns at a time
+    const auto store_state = [&](void* to, int64_t base) {
+        for_state_pairs([&](float x0, float x1, int key, int col) {
+            if (key < p.dk && v0 + col < p.dv)
+                store_pair(to, p.state, base + int64_t(key) * p.dv + v0 + col, x0, x1,
+                           v0 + col + 1 < p.dv);
+        });
+    };
     for_state([&](float& x, int key, int col) {
         x = p.h0 != nullptr && key < p.dk && v0 + col < p.dv
                 ? load(p.h0, p.state, own + int64_t(key) * p.dv + v0 + col)
@@ -126,27 +144,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
         // while the copies fly: the state entering the chunk, as stored, to `states`, and
         // split for q·h, two adjacent columns a 32-bit store
         const int64_t slot = (first + chunk) * p.heads + h;
-        if (states != nullptr)
-            for_state([&](float x, int key, int col) {
-                if (key < p.dk && v0 + col < p.dv)
-                    store(states, p.state, (slot * p.dk + key) * p.dv + v0 + col, x);
-            });
+        if (states != nullptr) store_state(states, slot * p.dk * p.dv);
         if (outputs)
-#pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int c = 0; c < NT; ++c)
-#pragma unroll
-                    for (int e = 0; e < 4; e += 2) {
-                        const float x0 = rounded(S[m][c][e], p.state);
-                        const float x1 = rounded(S[m][c][e + 1], p.state);
-                        const T hi0 = H::from(x0), hi1 = H::from(x1);
-                        T* hi = &t.s_hi[key_of(m, e)][col_of(c, e)];
-                        T* lo = &t.s_lo[key_of(m, e)][col_of(c, e)];
-                        *reinterpret_cast<uint32_t*>(hi) = H::bits(hi0) | H::bits(hi1) << 16;
-                        *reinterpret_cast<uint32_t*>(lo) =
-                            split ? pair<T>(x0 - H::to(hi0), x1 - H::to(hi1)) : 0u;
-                    }
+            for_state_pairs([&](float s0, float s1, int key, int col) {
+                const float x0 = rounded(s0, p.state), x1 = rounded(s1, p.state);
+                const T hi0 = H::from(x0), hi1 = H::from(x1);
+                *reinterpret_cast<uint32_t*>(&t.s_hi[key][col]) = H::bits(hi0) | H::bits(hi1) << 16;
+                *reinterpret_cast<uint32_t*>(&t.s_lo[key][col]) =
+                    split ? pair<T>(x0 - H::to(hi0), x1 - H::to(hi1)) : 0u;
+            });
         if (!PerKey && threadIdx.x < kRows) {
             const int i = threadIdx.x;
             float x = 0.f;
@@ -231,14 +237,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
                         t.a[i][j] = H::from(i < len ? acc[m][e] : 0.f);
                     }
                 });
-                // the diagonal block: a lane takes row r0 + lane % 16 and the four columns
-                // r0 + 8·half + 4·(lane / 16) + [0, 4)
-                const int i = r0 + lane % 16, j0 = r0 + 8 * half + 4 * (lane / 16);
-                float sum[4] = {};
-                diagonal_scores<T, KT>(sum, t.q, t.k, t.g, i, j0);
-#pragma unroll
-                for (int u = 0; u < 4; ++u)
-                    t.a[i][j0 + u] = H::from(j0 + u <= i && i < len ? sum[u] : 0.f);
+                diagonal_scores<T, KT>(t.q, t.k, t.g, r0, half, [&](int i, int j, float sum) {
+                    t.a[i][j] = H::from(i < len ? sum : 0.f);
+                });
+                above_diagonal(r0, half, [&](int i, int j) { t.a[i][j] = H::from(0.f); });
             }
             __syncthreads();  // both warps of a row block wrote its scores
 
@@ -285,10 +287,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
 #pragma unroll
             for (int c = 0; c < NT; ++c)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
+                for (int e = 0; e < 4; e += 2) {
                     const int i = r0 + g8 + (e & 2) * 4, col = v0 + col_of(c, e);
                     if (i < len && col < p.dv)
-                        store(p.o.data, p.o.dtype, at(p.o, s, c0 + i, h) + col, o[c][e] * p.scale);
+                        store_pair(p.o.data, p.o.dtype, at(p.o, s, c0 + i, h) + col,
+                                   o[c][e] * p.scale, o[c][e + 1] * p.scale, col + 1 < p.dv);
                 }
         }
 
@@ -314,11 +317,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
                 }
             }
     }
-    if (p.ht == nullptr) return;
-    for_state([&](float x, int key, int col) {
-        if (key < p.dk && v0 + col < p.dv)
-            store(p.ht, p.state, own + int64_t(key) * p.dv + v0 + col, x);
-    });
+    if (p.ht != nullptr) store_state(p.ht, own);
 }
 
 template <typename T, int KT, int BV, bool PerKey>

@@ -71,25 +71,43 @@ __device__ void add_factored_scores(float (&acc)[4][4], const T (*q)[PK], const 
     }
 }
 
-/// Σ_d q_id k_jd exp(G_id − G_jd) for row i and the four columns j0 + [0, 4) of its diagonal
-/// block, element by element, two keys a step and without a branch: above the diagonal the
-/// exponent is −inf and the term exactly 0.
-template <typename T, int KT, int PK, int PG>
-__device__ void diagonal_scores(float (&sum)[4], const T (*q)[PK], const T (*k)[PK],
-                                const float (*g)[PG], int i, int j0) {
-#pragma unroll 2
-    for (int d = 0; d < KT; d += 2) {
-        const float2 qi = to_float2<T>(word(&q[i][d]));
-        const float2 gi = *reinterpret_cast<const float2*>(&g[i][d]);
+/// Calls f(i, j, Σ_d q_id k_jd exp(G_id − G_jd)) for the 136 pairs j ≤ i of the diagonal
+/// block of rows [r0, r0 + 16), summed element by element; above the diagonal there is
+/// nothing to sum. The block's two warps share the pairs, four at a time: eight lanes take a
+/// pair, each lane every eighth pair of keys, and shuffles add their sums.
+template <typename T, int KT, int PK, int PG, typename F>
+__device__ void diagonal_scores(const T (*q)[PK], const T (*k)[PK], const float (*g)[PG], int r0,
+                                int half, F&& f) {
+    constexpr int kPairs = 16 * 17 / 2;
+    const int lane = threadIdx.x % 32, part = lane % 8;
+    for (int first = 4 * half; first < kPairs; first += 8) {
+        // pairs are numbered row by row: pair n is (i, j) with i(i + 1)/2 + j = n, j ≤ i
+        const int n = first + lane / 8;
+        int i = int((sqrtf(8.f * float(n) + 1.f) - 1.f) * 0.5f);
+        if ((i + 1) * (i + 2) / 2 <= n) ++i;
+        if (i * (i + 1) / 2 > n) --i;
+        const int j = n - i * (i + 1) / 2;
+        float sum = 0.f;
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const float2 kj = to_float2<T>(word(&k[j0 + u][d]));
-            const float2 gj = *reinterpret_cast<const float2*>(&g[j0 + u][d]);
-            const bool below = j0 + u <= i;
-            sum[u] += qi.x * kj.x * __expf(below ? gi.x - gj.x : -INFINITY);
-            sum[u] += qi.y * kj.y * __expf(below ? gi.y - gj.y : -INFINITY);
+        for (int d = 2 * part; d < KT; d += 16) {
+            const float2 qi = to_float2<T>(word(&q[r0 + i][d]));
+            const float2 kj = to_float2<T>(word(&k[r0 + j][d]));
+            const float2 gi = *reinterpret_cast<const float2*>(&g[r0 + i][d]);
+            const float2 gj = *reinterpret_cast<const float2*>(&g[r0 + j][d]);
+            sum += qi.x * kj.x * __expf(gi.x - gj.x);
+            sum += qi.y * kj.y * __expf(gi.y - gj.y);
         }
+        for (int o = 4; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (part == 0) f(r0 + i, r0 + j, sum);
     }
+}
+
+/// Calls f(i, j) for the pairs j > i of the diagonal block of rows [r0, r0 + 16), shared by
+/// the block's two warps.
+template <typename F>
+__device__ __forceinline__ void above_diagonal(int r0, int half, F&& f) {
+    for (int e = threadIdx.x % 32 + 32 * half; e < 256; e += 64)
+        if (e % 16 > e / 16) f(r0 + e / 16, r0 + e % 16);
 }
 
 }  // namespace lav::cuda

@@ -266,12 +266,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 t.A[i][j] = i < len ? A[m][e] * p.scale : 0.f;
             }
         });
-        const int i = r0 + lane % 16, j0 = r0 + 8 * half + 4 * (lane / 16);
-        float sum[4] = {};
-        diagonal_scores<T, KT>(sum, t.q, t.k, t.g, i, j0);
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-            t.A[i][j0 + u] = j0 + u <= i && i < len ? sum[u] * p.scale : 0.f;
+        diagonal_scores<T, KT>(t.q, t.k, t.g, r0, half, [&](int i, int j, float sum) {
+            t.A[i][j] = i < len ? sum * p.scale : 0.f;
+        });
+        above_diagonal(r0, half, [&](int i, int j) { t.A[i][j] = 0.f; });
     }
 
     // the inter-chunk parts, decayed; Σ k ⊙ dk_inter for dg
