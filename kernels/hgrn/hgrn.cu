@@ -15,6 +15,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "common/cuda_tensor.cuh"
 #include "hgrn/hgrn_cuda.h"
@@ -92,6 +93,72 @@ ChunkScratch scratch_of(const HgrnProblem& p, float* w, bool backward) {
             backward ? w + 4 * n : nullptr};
 }
 
+// rows of a chunk whose loads a thread has in flight at once: the scans themselves are
+// serial, but their inputs are not, and one row at a time would leave the memory idle
+constexpr int kBatch = 8;
+// enough resident warps that batches of all of them keep the memory busy
+constexpr int kChunkBlocksPerSm = 8;
+
+/// Rows i0 + [0, kBatch) of the thread's channel of x in chunk ch, widened; 0 past its end.
+/// The dtype is chosen once, so that the loads of a batch issue back to back.
+template <typename E>
+__device__ __forceinline__ void load_batch_as(float (&out)[kBatch], const Strided& x,
+                                              const Chunk& ch, int h, int key, int i0) {
+    const E* row = static_cast<const E*>(x.data) + at(x, ch.s, ch.c0 + i0, h) + key;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+        float v = 0.f;
+        if (i0 + u < ch.len) {
+            const E e = row[u * x.st];
+            if constexpr (std::is_same_v<E, float>)
+                v = e;
+            else if constexpr (std::is_same_v<E, __half>)
+                v = __half2float(e);
+            else
+                v = __bfloat162float(e);
+        }
+        out[u] = v;
+    }
+}
+
+__device__ __forceinline__ void load_batch(float (&out)[kBatch], const Strided& x, const Chunk& ch,
+                                           int h, int key, int i0) {
+    if (x.dtype == DType::f32)
+        load_batch_as<float>(out, x, ch, h, key, i0);
+    else if (x.dtype == DType::f16)
+        load_batch_as<__half>(out, x, ch, h, key, i0);
+    else
+        load_batch_as<__nv_bfloat16>(out, x, ch, h, key, i0);
+}
+
+/// Calls f(i, g_i, x_i) for the chunk's rows i = 0, 1, ... in order.
+template <typename F>
+__device__ __forceinline__ void for_rows(const Strided& g, const Strided& x, const Chunk& ch, int h,
+                                         int key, F&& f) {
+    for (int i0 = 0; i0 < ch.len; i0 += kBatch) {
+        float gs[kBatch], xs[kBatch];
+        load_batch(gs, g, ch, h, key, i0);
+        load_batch(xs, x, ch, h, key, i0);
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+            if (i0 + u < ch.len) f(i0 + u, gs[u], xs[u]);
+    }
+}
+
+/// Calls f(i, g_i, x_i) for the chunk's rows i = len − 1, len − 2, ... in order.
+template <typename F>
+__device__ __forceinline__ void for_rows_reversed(const Strided& g, const Strided& x,
+                                                  const Chunk& ch, int h, int key, F&& f) {
+    for (int i0 = (ch.len - 1) / kBatch * kBatch; i0 >= 0; i0 -= kBatch) {
+        float gs[kBatch], xs[kBatch];
+        load_batch(gs, g, ch, h, key, i0);
+        load_batch(xs, x, ch, h, key, i0);
+#pragma unroll
+        for (int u = kBatch - 1; u >= 0; --u)
+            if (i0 + u < ch.len) f(i0 + u, gs[u], xs[u]);
+    }
+}
+
 /// The channel of a per-chunk thread: chunk blockIdx.x, head blockIdx.y; false when idle.
 __device__ __forceinline__ bool chunk_channel_of(const HgrnProblem& p, Chunk& ch, int& h, int& key,
                                                  int64_t& at_slot) {
@@ -106,26 +173,23 @@ __device__ __forceinline__ bool chunk_channel_of(const HgrnProblem& p, Chunk& ch
 /// Per chunk: the local scan's last value y, the chunk's gate sum Λ (the cumsum's last G, in
 /// the same order) and, for the backward, the reverse scan's carry into the chunk's start,
 /// exp(g_0) z_0 with z_i = d_o_i + exp(g_{i+1}) z_{i+1} from a zero gradient at its end.
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm)
     chunk_local(HgrnProblem p, Strided d_o, ChunkScratch w) {
     Chunk ch;
     int h, key;
     int64_t slot;
     if (!chunk_channel_of(p, ch, h, key, slot)) return;
     float y = 0.f, G = 0.f;
-    for (int i = 0; i < ch.len; ++i) {
-        const float g = load(p.g.data, p.g.dtype, at(p.g, ch.s, ch.c0 + i, h) + key);
+    for_rows(p.g, p.x, ch, h, key, [&](int, float g, float x) {
         G += g;
-        y = expf(g) * y + load(p.x.data, p.x.dtype, at(p.x, ch.s, ch.c0 + i, h) + key);
-    }
+        y = expf(g) * y + x;
+    });
     w.y_last[slot] = y;
     w.g_last[slot] = G;
     if (w.z_first == nullptr) return;
     float carry = 0.f;
-    for (int i = ch.len - 1; i >= 0; --i) {
-        const float z = load(d_o.data, d_o.dtype, at(d_o, ch.s, ch.c0 + i, h) + key) + carry;
-        carry = expf(load(p.g.data, p.g.dtype, at(p.g, ch.s, ch.c0 + i, h) + key)) * z;
-    }
+    for_rows_reversed(p.g, d_o, ch, h, key,
+                      [&](int, float g, float d) { carry = expf(g) * (d + carry); });
     w.z_first[slot] = carry;
 }
 
@@ -156,51 +220,47 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /// o_i = y_i + exp(G_i) h: the local scan plus the decayed state entering the chunk.
-__global__ void __launch_bounds__(kThreads) chunk_out(HgrnProblem p, ChunkScratch w) {
+__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm)
+    chunk_out(HgrnProblem p, ChunkScratch w) {
     Chunk ch;
     int h, key;
     int64_t slot;
     if (!chunk_channel_of(p, ch, h, key, slot)) return;
     const float hc = w.h[slot];
     float y = 0.f, G = 0.f;
-    for (int i = 0; i < ch.len; ++i) {
-        const float g = load(p.g.data, p.g.dtype, at(p.g, ch.s, ch.c0 + i, h) + key);
+    for_rows(p.g, p.x, ch, h, key, [&](int i, float g, float x) {
         G += g;
-        y = expf(g) * y + load(p.x.data, p.x.dtype, at(p.x, ch.s, ch.c0 + i, h) + key);
+        y = expf(g) * y + x;
         store(p.o.data, p.o.dtype, at(p.o, ch.s, ch.c0 + i, h) + key, y + expf(G) * hc);
-    }
+    });
 }
 
 /// dx_i = dh_i = z_i + exp(Λ − G_i) dh and dg_i = exp(g_i) h_{i-1} dh_i, with h_{i-1} the
 /// stored entering state h or the recomputed output of row i − 1.
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm)
     chunk_grads(HgrnProblem p, HgrnGrads d, ChunkScratch w) {
     Chunk ch;
     int h, key;
     int64_t slot;
     if (!chunk_channel_of(p, ch, h, key, slot)) return;
-    const auto gate = [&](int i) {
-        return load(p.g.data, p.g.dtype, at(p.g, ch.s, ch.c0 + i, h) + key);
-    };
     float z[kMaxHgrnChunk];
     float carry = 0.f;
-    for (int i = ch.len - 1; i >= 0; --i) {
-        z[i] = load(d.d_o.data, d.d_o.dtype, at(d.d_o, ch.s, ch.c0 + i, h) + key) + carry;
-        carry = expf(gate(i)) * z[i];
-    }
+    for_rows_reversed(p.g, d.d_o, ch, h, key, [&](int i, float g, float d_o) {
+        z[i] = d_o + carry;
+        carry = expf(g) * z[i];
+    });
     const float hc = w.h[slot], dhc = w.dh[slot], last = w.g_last[slot];
     float y = 0.f, G = 0.f, G_prev = 0.f;
-    for (int i = 0; i < ch.len; ++i) {
-        const float g = gate(i);
+    for_rows(p.g, p.x, ch, h, key, [&](int i, float g, float x) {
         G += g;
         const float h_prev = i == 0 ? hc : y + expf(G_prev) * hc;
         const float dh = z[i] + expf(last - G) * dhc;
         const float a = expf(g);
         store(d.dx.data, d.dx.dtype, at(d.dx, ch.s, ch.c0 + i, h) + key, dh);
         store(d.dg.data, d.dg.dtype, at(d.dg, ch.s, ch.c0 + i, h) + key, a * h_prev * dh);
-        y = a * y + load(p.x.data, p.x.dtype, at(p.x, ch.s, ch.c0 + i, h) + key);
+        y = a * y + x;
         G_prev = G;
-    }
+    });
 }
 
 dim3 chunk_grid(const HgrnProblem& p) {
