@@ -243,18 +243,20 @@ __global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm)
     int h, key;
     int64_t slot;
     if (!chunk_channel_of(p, ch, h, key, slot)) return;
-    float z[kMaxHgrnChunk];
+    // the reverse scan z of the chunk, a column per thread: in registers it would not fit, and
+    // as a local array it would crowd the loads out of the L1 cache
+    __shared__ float z[kMaxHgrnChunk][kThreads];
     float carry = 0.f;
     for_rows_reversed(p.g, d.d_o, ch, h, key, [&](int i, float g, float d_o) {
-        z[i] = d_o + carry;
-        carry = expf(g) * z[i];
+        z[i][threadIdx.x] = d_o + carry;
+        carry = expf(g) * z[i][threadIdx.x];
     });
     const float hc = w.h[slot], dhc = w.dh[slot], last = w.g_last[slot];
     float y = 0.f, G = 0.f, G_prev = 0.f;
     for_rows(p.g, p.x, ch, h, key, [&](int i, float g, float x) {
         G += g;
         const float h_prev = i == 0 ? hc : y + expf(G_prev) * hc;
-        const float dh = z[i] + expf(last - G) * dhc;
+        const float dh = z[i][threadIdx.x] + expf(last - G) * dhc;
         const float a = expf(g);
         store(d.dx.data, d.dx.dtype, at(d.dx, ch.s, ch.c0 + i, h) + key, dh);
         store(d.dg.data, d.dg.dtype, at(d.dg, ch.s, ch.c0 + i, h) + key, a * h_prev * dh);
