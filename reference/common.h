@@ -1,6 +1,6 @@
 // reference/common.h — the helpers every float64 reference repeats: its input checks, a
-// sequence's rows, the per-step contraction and the checkpoint interval. Internal to reference/;
-// shares no code with kernels/.
+// sequence's rows, the per-step contraction, the checkpoint interval and the states sampled at
+// chunk boundaries. Internal to reference/; shares no code with kernels/.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -48,5 +48,37 @@ inline int64_t ceil_sqrt(int64_t n) {
     while (c > 1 && (c - 1) * (c - 1) >= n) --c;
     return c;
 }
+
+/// The states a forward samples when asked (state_stride > 0): the state before steps 0,
+/// stride, 2·stride, ... of each sequence, rows sequence after sequence as core/varlen.h's
+/// chunk_index numbers chunks. `steps` is the number of recurrence steps per position (more
+/// than one where a token takes several sub-steps). With stride 0 it keeps nothing and
+/// states() is undefined. Sequences must be walked in order, as every reference walks them.
+class StateSamples {
+  public:
+    StateSamples(const std::vector<Sequence>& seqs, int64_t stride, at::IntArrayRef state_sizes,
+                 const at::TensorOptions& opts, int64_t steps = 1)
+        : stride_(stride) {
+        if (stride <= 0) return;
+        int64_t rows = 0;
+        for (const Sequence& seq : seqs) rows += (seq.length() * steps + stride - 1) / stride;
+        std::vector<int64_t> sizes = {rows};
+        sizes.insert(sizes.end(), state_sizes.begin(), state_sizes.end());
+        states_ = at::empty(sizes, opts);
+    }
+
+    /// Keeps `state` when step `t` of the current sequence, about to be taken, starts a chunk.
+    void keep(int64_t t, const at::Tensor& state) {
+        if (stride_ > 0 && t % stride_ == 0) states_.select(0, next_++).copy_(state);
+    }
+
+    /// [NT, ...state_sizes]; undefined without a stride.
+    const at::Tensor& states() const { return states_; }
+
+  private:
+    int64_t stride_;
+    int64_t next_ = 0;
+    at::Tensor states_;
+};
 
 }  // namespace lav::ref::common

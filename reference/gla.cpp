@@ -21,6 +21,7 @@ using common::ceil_sqrt;
 using common::check_shape;
 using common::contract_out;
 using common::rows;
+using common::StateSamples;
 
 // The sizes of one call, read from the inputs once they are checked.
 struct Dims {
@@ -93,21 +94,17 @@ GlaOutputs gla_fwd(const GlaInputs& in) {
     const at::Tensor q_scaled = in.q * d.scale;             // [B, T, H, K]
     at::Tensor o = at::zeros_like(in.v);                    // [B, T, H, V]
     at::Tensor ht = at::empty({d.N, d.H, d.K, d.V}, opts);  // [N, H, K, V]
-    at::Tensor states;                                      // [NT, H, K, V]
-    int64_t stored = 0;
     // sequences run one after another on the calling thread: the dtype tracer's
     // RecordFunction callback is thread-local and must see every op
     const std::vector<Sequence> seqs = sequences(d.B, d.T, in.cu_seqlens);
-    if (in.state_stride > 0)
-        states = at::empty({chunk_index(seqs, in.state_stride).total, d.H, d.K, d.V}, opts);
+    StateSamples samples(seqs, in.state_stride, {d.H, d.K, d.V}, opts);  // [NT, H, K, V]
     for (const Sequence& seq : seqs) {
         const SequenceInputs s = sequence_inputs(in, q_scaled, seq);
         at::Tensor state = initial_state(in.h0, seq.index, d, opts);  // [H, K, V]
         at::Tensor scratch = at::empty({d.H, d.K, d.V}, opts);        // [H, K, V]
         const at::Tensor o_seq = rows(o, seq);                        // [L, H, V]
         for (int64_t t = 0; t < seq.length(); ++t) {
-            if (in.state_stride > 0 && t % in.state_stride == 0)
-                states.select(0, stored++).copy_(state);
+            samples.keep(t, state);
             step_inplace(state, s, t);
             // o_t = S_tᵀ (scale·q_t), written straight into o's row
             at::Tensor o_t = o_seq.select(0, t);  // [H, V]
@@ -115,7 +112,7 @@ GlaOutputs gla_fwd(const GlaInputs& in) {
         }
         ht.select(0, seq.index).copy_(state);
     }
-    return {o, ht, states};
+    return {o, ht, samples.states()};
 }
 
 GlaGrads gla_bwd(const GlaInputs& in, const at::Tensor& d_o, const at::Tensor& dht) {

@@ -1,6 +1,7 @@
 // kernels/common/cpu_ops.h — tensor helpers the CPU backends share: NaN-poisoned outputs, the
-// fp32 working copies, the contract's rounding points and the (sequence, head) lane loop.
-// Host code on LibTorch; no family's math lives here.
+// fp32 working copies, the contract's rounding points, the (sequence, head) lane loop and the
+// chunk states a chunk forward hands out on request. Host code on LibTorch; no family's math
+// lives here.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -41,5 +42,37 @@ void for_each_lane(const std::vector<Sequence>& seqs, int64_t heads, const F& la
         for (int64_t j = lo; j < hi; ++j) lane_fn(seqs[j / heads], j % heads);
     });
 }
+
+/// The chunk states a chunk forward hands out when asked (keep_chunk_states, for comparison
+/// rather than speed): [NT, heads, K, V] in the state dtype, NaN-poisoned, the stored state
+/// entering each chunk of `chunk` rows, chunks numbered by chunk_index(). Unasked, it stores
+/// nothing and h() stays undefined. Lanes store disjoint elements, from any thread.
+class ChunkStateStore {
+  public:
+    ChunkStateStore(bool keep, const std::vector<Sequence>& seqs, int64_t chunk,
+                    at::IntArrayRef state_sizes, c10::ScalarType dtype)
+        : chunk_(chunk) {
+        if (!keep) return;
+        index_ = chunk_index(seqs, chunk);
+        std::vector<int64_t> sizes = {index_.total};
+        sizes.insert(sizes.end(), state_sizes.begin(), state_sizes.end());
+        h_ = poisoned(sizes, dtype);
+    }
+
+    /// Stores h, the state entering the chunk of `s` that starts at row c0: every head's
+    /// ([heads, K, V]) or, with head ≥ 0, that head's ([K, V]).
+    void store(const Sequence& s, int64_t c0, const at::Tensor& h, int64_t head = -1) const {
+        if (!h_.defined()) return;
+        const at::Tensor row = h_[index_.first[s.index] + (c0 - s.begin) / chunk_];
+        (head < 0 ? row : row[head]).copy_(h);
+    }
+
+    const at::Tensor& h() const { return h_; }
+
+  private:
+    int64_t chunk_;
+    ChunkIndex index_;
+    at::Tensor h_;
+};
 
 }  // namespace lav::kernels::cpu

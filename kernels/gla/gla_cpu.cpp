@@ -251,12 +251,11 @@ GlaFwd gla_chunk_fwd_cpu(const GlaArgs& args) {
     out.o = poisoned(args.v.sizes(), p.out);
     out.ht = poisoned({p.N, p.H, p.K, p.V}, p.state);
     const at::Tensor o_hl = to_head_last(out.o, args.layout);  // [B, T, H, V]
-    const ChunkIndex index = chunk_index(p.seqs, p.chunk);
-    if (args.keep_chunk_states) out.h = poisoned({index.total, p.H, p.K, p.V}, p.state);
+    const cpu::ChunkStateStore kept(args.keep_chunk_states, p.seqs, p.chunk, {p.H, p.K, p.V},
+                                    p.state);
     for_each_lane(p, [&](const Sequence& s, int64_t head) {
         // the carried state stays fp32; only its stored copies are rounded
         at::Tensor S = start_state(p, s.index, head);  // [1, K, V]
-        int64_t chunk = index.first[s.index];
         for (const auto& [c0, c1] : chunks_of(s, p.chunk)) {
             const at::Tensor q = load_rows(p.q, s.batch, head, c0, c1);  // [1, L, K]
             const at::Tensor k = load_rows(p.k, s.batch, head, c0, c1);  // [1, L, K]
@@ -264,8 +263,7 @@ GlaFwd gla_chunk_fwd_cpu(const GlaArgs& args) {
             const ChunkGates gates = chunk_gates(p, s.batch, head, c0, c1);
             // the stored chunk state (FLA's h) is what the output pass reads
             const at::Tensor h = round_to(S, p.state);  // [1, K, V]
-            // lanes write disjoint [chunk, head] slices
-            if (out.h.defined()) out.h[chunk++][head].copy_(h[0]);
+            kept.store(s, c0, h[0], head);
             // FLA's chunk_gla_fwd_o rounds the decayed q to the input dtype before q·h, and the
             // fp32 scores to v's dtype before A·v
             const at::Tensor q_decayed = round_to(q * gates.decay, p.in);      // [1, L, K]
@@ -277,6 +275,7 @@ GlaFwd gla_chunk_fwd_cpu(const GlaArgs& args) {
         }
         out.ht[s.index][head].copy_(S[0]);
     });
+    out.h = kept.h();
     return out;
 }
 

@@ -196,12 +196,11 @@ SimpleGlaFwd simple_gla_chunk_fwd_cpu(const SimpleGlaArgs& args) {
     out.o = poisoned(args.v.sizes(), p.out);
     out.ht = poisoned({p.N, p.H, p.K, p.V}, p.state);
     const at::Tensor o_hl = to_head_last(out.o, args.layout);  // [B, T, H, V]
-    const ChunkIndex index = chunk_index(p.seqs, p.chunk);
-    if (args.keep_chunk_states) out.h = poisoned({index.total, p.H, p.K, p.V}, p.state);
+    const cpu::ChunkStateStore kept(args.keep_chunk_states, p.seqs, p.chunk, {p.H, p.K, p.V},
+                                    p.state);
     for (const Sequence& s : p.seqs) {
         // the carried state stays fp32; only its stored copies are rounded
         at::Tensor S = start_state(p, s.index);  // [H, K, V]
-        int64_t chunk = index.first[s.index];
         for (const auto& [c0, c1] : chunks_of(s, p.chunk)) {
             const at::Tensor q = load_rows(p.q, s.batch, c0, c1);  // [H, L, K]
             const at::Tensor k = load_rows(p.k, s.batch, c0, c1);  // [H, L, K]
@@ -209,7 +208,7 @@ SimpleGlaFwd simple_gla_chunk_fwd_cpu(const SimpleGlaArgs& args) {
             const ChunkGates gates = chunk_gates(p, s.batch, c0, c1);
             // the stored chunk state (FLA's h) is what the output pass reads
             const at::Tensor h = round_to(S, p.state);  // [H, K, V]
-            if (out.h.defined()) out.h[chunk++].copy_(h);
+            kept.store(s, c0, h);
             at::Tensor o = at::bmm(q, h) * gates.decay.unsqueeze(2);  // [H, L, V]
             // FLA's chunk_fwd_o casts the masked, decayed scores to v's dtype before A·v
             const at::Tensor A =
@@ -220,6 +219,7 @@ SimpleGlaFwd simple_gla_chunk_fwd_cpu(const SimpleGlaArgs& args) {
         }
         out.ht[s.index].copy_(S);
     }
+    out.h = kept.h();
     return out;
 }
 

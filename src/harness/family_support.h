@@ -1,5 +1,6 @@
 // src/harness/family_support.h — what the family adapters share: options, scale, tensor specs,
-// result collection and the checks several families make. Nothing family-specific lives here.
+// result collection, the chunk states they hand to --dump-intermediates and the checks several
+// families make. Nothing family-specific lives here.
 //
 // An adapter describes its tensors with these pieces and keeps only what is its own:
 //
@@ -77,6 +78,17 @@ void add_defined(TensorMap& out, const TensorMap& named);
 /// states and parameter gradients are layout-free and pass as they are.
 TensorMap head_last_results(const scenario::Case& c, const std::vector<MeasuredSpec>& measured,
                             const TensorMap& results);
+
+/// Family::chunk_states for a family whose CPU chunk forward takes keep_chunk_states and
+/// returns h, and whose reference takes state_stride and returns states: `a` and `r` are the
+/// arguments its run_cpu and reference build for the case's inputs.
+template <class Args, class ChunkFwd, class RefInputs, class RefFwd>
+ChunkStates stored_chunk_states(const scenario::Case& c, Args a, ChunkFwd chunk_fwd, RefInputs r,
+                                RefFwd ref_fwd, int64_t steps = 1) {
+    a.keep_chunk_states = true;
+    r.state_stride = c.chunk_size;
+    return {chunk_fwd(a).h, ref_fwd(r).states, steps};
+}
 
 /// True for "chunk", false for "recurrent"; any other variant is a registry bug.
 bool is_chunk(const std::string& family, const std::string& variant);

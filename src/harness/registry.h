@@ -49,10 +49,14 @@ struct KernelResult {
 };
 
 /// A chunk variant's stored chunk states beside the reference's states at the same positions,
-/// both [NT, H, K, V] with chunks numbered by chunk_index() (core/varlen.h).
+/// both [NT, heads, K, V] (value heads under GVA) with chunks numbered by chunk_index()
+/// (core/varlen.h) over the steps of each sequence.
 struct ChunkStates {
     at::Tensor kernel;     ///< in the dtype the kernel stores them in
     at::Tensor reference;  ///< fp64
+    /// recurrence steps per position: chunks cut each sequence's length × steps steps
+    /// (gated_delta_product's num_householder sub-steps per token)
+    int64_t steps = 1;
 };
 
 struct Family {

@@ -126,6 +126,8 @@ std::vector<double> values_of(const at::Tensor& t) {
 report::Intermediates chunk_intermediates(const Case& c, const Family& family,
                                           const CaseTensors& in) {
     const ChunkStates states = family.chunk_states(c, in.kernel, in.reference);
+    LAV_ASSERT(states.reference.sizes() == states.kernel.sizes(), c.family, " reference states ",
+               states.reference.sizes(), " beside kernel states ", states.kernel.sizes());
     report::Intermediates d;
     d.case_id = c.id;
     d.family = c.family;
@@ -141,10 +143,11 @@ report::Intermediates chunk_intermediates(const Case& c, const Family& family,
     // blocks of one chunk along dim 0: the drift curve is the per-chunk rel_rmse
     const std::vector<double> per_chunk =
         metrics::measure(states.kernel, states.reference, 0, 1).drift;
+    // chunks cut each sequence's steps: its positions, or gated_delta_product's sub-steps
     int64_t chunk = 0;
     for (const Sequence& s : sequences(c.B, c.T, c.cu_seqlens))
-        for (int64_t position = 0; position < s.length(); position += c.chunk_size, ++chunk)
-            d.chunks.push_back({chunk, s.index, position, per_chunk.at(chunk)});
+        for (int64_t step = 0; step < s.length() * states.steps; step += c.chunk_size, ++chunk)
+            d.chunks.push_back({chunk, s.index, step, per_chunk.at(chunk)});
     LAV_ASSERT(chunk == states.kernel.size(0), c.family, " stored ", states.kernel.size(0),
                " chunk states for ", chunk, " chunks");
     return d;

@@ -115,11 +115,8 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
 }
 
 ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
-    kernels::SimpleGlaArgs a = kernel_args(c, in);
-    a.keep_chunk_states = true;
-    ref::SimpleGlaInputs r = reference_inputs(c, reference_in);
-    r.state_stride = c.chunk_size;
-    return {kernels::simple_gla_chunk_fwd_cpu(a).h, ref::simple_gla_fwd(r).states};
+    return stored_chunk_states(c, kernel_args(c, in), kernels::simple_gla_chunk_fwd_cpu,
+                               reference_inputs(c, reference_in), ref::simple_gla_fwd);
 }
 
 }  // namespace
