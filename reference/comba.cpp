@@ -21,6 +21,7 @@ using common::ceil_sqrt;
 using common::check_shape;
 using common::contract_out;
 using common::rows;
+using common::StateSamples;
 
 struct Dims {
     int64_t B, T, H, K, V, N;
@@ -123,20 +124,23 @@ CombaOutputs comba_fwd(const CombaInputs& in) {
     at::Tensor ht = at::empty({d.N, d.H, d.K, d.V}, opts);    // [N, H, K, V]
     // sequences run one after another on the calling thread: the dtype tracer's
     // RecordFunction callback is thread-local and must see every op
-    for (const Sequence& seq : sequences(d.B, d.T, in.cu_seqlens)) {
+    const std::vector<Sequence> seqs = sequences(d.B, d.T, in.cu_seqlens);
+    StateSamples samples(seqs, in.state_stride, {d.H, d.K, d.V}, opts);  // [NT, H, K, V]
+    for (const Sequence& seq : seqs) {
         const SequenceInputs s{rows(q, seq), rows(k, seq),       rows(in.v, seq),
                                rows(p, seq), rows(in.beta, seq), rows(in.g, seq).exp()};
         at::Tensor state = initial_state(in.h0, seq.index, d, opts);  // [H, K, V]
         Workspace w(d, opts);
         const at::Tensor o_seq = rows(o, seq);  // [L, H, V]
         for (int64_t t = 0; t < seq.length(); ++t) {
+            samples.keep(t, state);
             step_inplace(state, s, t, w);
             at::Tensor o_t = o_seq.select(0, t);  // [H, V]
             contract_out(o_t, w.scratch, state, s.q.select(0, t).unsqueeze(2), 1);
         }
         ht.select(0, seq.index).copy_(state);
     }
-    return {o, ht};
+    return {o, ht, samples.states()};
 }
 
 CombaGrads comba_bwd(const CombaInputs& in, const at::Tensor& d_o, const at::Tensor& dht) {
@@ -302,7 +306,7 @@ CombaOutputs comba_fwd_wy(const CombaInputs& in) {
             .copy_(G_last.exp().view({H, 1, 1}) * h0 +
                    at::bmm(k.transpose(1, 2), U * to_end.unsqueeze(2)));
     }
-    return {o, ht};
+    return {o, ht, {}};
 }
 
 }  // namespace lav::ref

@@ -20,6 +20,7 @@ using common::ceil_sqrt;
 using common::check_shape;
 using common::contract_out;
 using common::rows;
+using common::StateSamples;
 
 // The sizes of one call, read from the inputs once they are checked.
 struct Dims {
@@ -130,12 +131,15 @@ DeltaRuleOutputs delta_rule_fwd(const DeltaRuleInputs& in) {
     at::Tensor ht = at::empty({d.N, d.H, d.K, d.V}, opts);  // [N, H, K, V]
     // sequences run one after another on the calling thread: the dtype tracer's
     // RecordFunction callback is thread-local and must see every op
-    for (const Sequence& seq : sequences(d.B, d.T, in.cu_seqlens)) {
+    const std::vector<Sequence> seqs = sequences(d.B, d.T, in.cu_seqlens);
+    StateSamples samples(seqs, in.state_stride, {d.H, d.K, d.V}, opts);  // [NT, H, K, V]
+    for (const Sequence& seq : seqs) {
         const SequenceInputs s = sequence_inputs(qk, in, seq);
         at::Tensor state = initial_state(in.h0, seq.index, d, opts);  // [H, K, V]
         Workspace w(d, opts);
         const at::Tensor o_seq = rows(o, seq);  // [L, H, V]
         for (int64_t t = 0; t < seq.length(); ++t) {
+            samples.keep(t, state);
             step_inplace(state, s, t, w);
             // o_t = S_tᵀ (scale·q_t), written straight into o's row
             at::Tensor o_t = o_seq.select(0, t);  // [H, V]
@@ -143,7 +147,7 @@ DeltaRuleOutputs delta_rule_fwd(const DeltaRuleInputs& in) {
         }
         ht.select(0, seq.index).copy_(state);
     }
-    return {o, ht};
+    return {o, ht, samples.states()};
 }
 
 DeltaRuleGrads delta_rule_bwd(const DeltaRuleInputs& in, const at::Tensor& d_o,
@@ -283,7 +287,7 @@ DeltaRuleOutputs delta_rule_fwd_wy(const DeltaRuleInputs& in) {
         rows(o, seq).copy_(O.permute({1, 0, 2}));
         ht.select(0, seq.index).copy_(h0 + at::bmm(k.transpose(1, 2), U));
     }
-    return {o, ht};
+    return {o, ht, {}};
 }
 
 }  // namespace lav::ref

@@ -27,11 +27,15 @@ struct DeltaRuleInputs {
     std::vector<int64_t> cu_seqlens;  // [N + 1]; empty: dense batch (N = B)
     double scale = 0.0;               // 0: K^-0.5
     bool use_qk_l2norm_in_kernel = false;
+    int64_t state_stride = 0;  // > 0: the forward also returns states (below)
 };
 
 struct DeltaRuleOutputs {
     at::Tensor o;   // [B, T, H, V] fp64
     at::Tensor ht;  // [N, H, K, V] fp64
+    /// [NT, H, K, V] fp64: the state before positions 0, state_stride, 2·state_stride, ... of
+    /// each sequence, sequence after sequence (chunk boundaries); with state_stride > 0 only
+    at::Tensor states;
 };
 
 struct DeltaRuleGrads {

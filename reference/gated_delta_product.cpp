@@ -21,6 +21,7 @@ using common::assert_fp64;
 using common::ceil_sqrt;
 using common::check_shape;
 using common::contract_out;
+using common::StateSamples;
 
 // The sizes of one call, read from the inputs once they are checked.
 struct Dims {
@@ -152,10 +153,16 @@ void substep_inplace(at::Tensor& state, const SequenceInputs& s, int64_t t, int6
     state.addcmul_(k, w.u.unsqueeze(1));
 }
 
-// Token t, in place: the decay, then every sub-step.
-void token_inplace(at::Tensor& state, const SequenceInputs& s, int64_t t, int64_t n, Workspace& w) {
+// Token t, in place: the decay, then every sub-step. `samples`, when given, sees the state
+// before each sub-step t·n + j, for j = 0 the state before the decay.
+void token_inplace(at::Tensor& state, const SequenceInputs& s, int64_t t, int64_t n, Workspace& w,
+                   StateSamples* samples = nullptr) {
+    if (samples) samples->keep(t * n, state);
     if (s.decay.defined()) state.mul_(s.decay.select(0, t).view({-1, 1, 1}));
-    for (int64_t j = 0; j < n; ++j) substep_inplace(state, s, t, j, w);
+    for (int64_t j = 0; j < n; ++j) {
+        if (samples && j > 0) samples->keep(t * n + j, state);
+        substep_inplace(state, s, t, j, w);
+    }
 }
 
 }  // namespace
@@ -168,13 +175,15 @@ GatedDeltaProductOutputs gated_delta_product_fwd(const GatedDeltaProductInputs& 
     at::Tensor ht = at::empty({d.N, d.H, d.K, d.V}, opts);  // [N, H, K, V]
     // sequences run one after another on the calling thread: the dtype tracer's
     // RecordFunction callback is thread-local and must see every op
-    for (const Sequence& seq : sequences(d.B, d.T, in.cu_seqlens)) {
+    const std::vector<Sequence> seqs = sequences(d.B, d.T, in.cu_seqlens);
+    StateSamples samples(seqs, in.state_stride, {d.H, d.K, d.V}, opts, d.n);  // [NT, H, K, V]
+    for (const Sequence& seq : seqs) {
         const SequenceInputs s = sequence_inputs(p, seq, d);
         at::Tensor state = initial_state(in.h0, seq.index, d, opts);  // [H, K, V]
         Workspace w(d, opts);
         const at::Tensor o_seq = token_rows(o, seq, 1).select(1, 0);  // [L, H, V]
         for (int64_t t = 0; t < seq.length(); ++t) {
-            token_inplace(state, s, t, d.n, w);
+            token_inplace(state, s, t, d.n, w, &samples);
             // o_t = scale·S_tᵀ q_t, written straight into o's row
             at::Tensor o_t = o_seq.select(0, t);  // [H, V]
             contract_out(o_t, w.scratch, state, s.q.select(0, t).unsqueeze(2), 1);
@@ -182,7 +191,7 @@ GatedDeltaProductOutputs gated_delta_product_fwd(const GatedDeltaProductInputs& 
         }
         ht.select(0, seq.index).copy_(state);
     }
-    return {o, ht};
+    return {o, ht, samples.states()};
 }
 
 GatedDeltaProductGrads gated_delta_product_bwd(const GatedDeltaProductInputs& in,
@@ -353,7 +362,7 @@ GatedDeltaProductOutputs gated_delta_product_fwd_wy(const GatedDeltaProductInput
             .copy_(G_last.exp().view({H, 1, 1}) * h0 +
                    at::bmm(k.transpose(1, 2), U * to_end.unsqueeze(2)));
     }
-    return {o, ht};
+    return {o, ht, {}};
 }
 
 }  // namespace lav::ref

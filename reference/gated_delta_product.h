@@ -33,11 +33,17 @@ struct GatedDeltaProductInputs {
     int64_t num_householder = 1;      // n ≥ 1
     double scale = 0.0;               // 0: K^-0.5
     bool use_qk_l2norm_in_kernel = false;
+    int64_t state_stride = 0;  // > 0: the forward also returns states (below), in sub-steps
 };
 
 struct GatedDeltaProductOutputs {
     at::Tensor o;   // [B, T, H, V] fp64
     at::Tensor ht;  // [N, H, K, V] fp64
+    /// [NT, H, K, V] fp64: the state before sub-steps 0, state_stride, 2·state_stride, ... of
+    /// each sequence's L·n sub-steps (sub-step t·n + j is sub-step j of token t; the state before
+    /// sub-step t·n is the one before token t's decay), sequence after sequence (the chunk
+    /// boundaries of the interleaved sequence); with state_stride > 0 only
+    at::Tensor states;
 };
 
 /// Gradients w.r.t. the inputs as passed (raw q, k with the in-kernel norm).

@@ -21,6 +21,7 @@ using common::ceil_sqrt;
 using common::check_shape;
 using common::contract_out;
 using common::rows;
+using common::StateSamples;
 
 // The sizes of one call, read from the inputs once they are checked.
 struct Dims {
@@ -183,12 +184,15 @@ GatedDeltaRuleOutputs gated_delta_rule_fwd(const GatedDeltaRuleInputs& in) {
     at::Tensor ht = at::empty({d.N, d.HV, d.K, d.V}, opts);  // [N, HV, K, V]
     // sequences run one after another on the calling thread: the dtype tracer's
     // RecordFunction callback is thread-local and must see every op
-    for (const Sequence& seq : sequences(d.B, d.T, in.cu_seqlens)) {
+    const std::vector<Sequence> seqs = sequences(d.B, d.T, in.cu_seqlens);
+    StateSamples samples(seqs, in.state_stride, {d.HV, d.K, d.V}, opts);  // [NT, HV, K, V]
+    for (const Sequence& seq : seqs) {
         const SequenceInputs s = sequence_inputs(p, q_scaled, in.v, seq);
         at::Tensor state = initial_state(in.h0, seq.index, d, opts);  // [HV, K, V]
         Workspace w(d, opts);
         const at::Tensor o_seq = rows(o, seq);  // [L, HV, V]
         for (int64_t t = 0; t < seq.length(); ++t) {
+            samples.keep(t, state);
             step_inplace(state, s, t, w);
             // o_t = S_tᵀ (scale·q_t), written straight into o's row
             at::Tensor o_t = o_seq.select(0, t);  // [HV, V]
@@ -196,7 +200,7 @@ GatedDeltaRuleOutputs gated_delta_rule_fwd(const GatedDeltaRuleInputs& in) {
         }
         ht.select(0, seq.index).copy_(state);
     }
-    return {o, ht};
+    return {o, ht, samples.states()};
 }
 
 GatedDeltaRuleGrads gated_delta_rule_bwd(const GatedDeltaRuleInputs& in, const at::Tensor& d_o,
@@ -373,7 +377,7 @@ GatedDeltaRuleOutputs gated_delta_rule_fwd_wy(const GatedDeltaRuleInputs& in) {
             .copy_(G_last.exp().view({HV, 1, 1}) * h0 +
                    at::bmm(k.transpose(1, 2), U * to_end.unsqueeze(2)));
     }
-    return {o, ht};
+    return {o, ht, {}};
 }
 
 }  // namespace lav::ref

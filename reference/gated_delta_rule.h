@@ -38,11 +38,15 @@ struct GatedDeltaRuleInputs {
     bool use_gate_in_kernel = false;
     bool use_beta_sigmoid_in_kernel = false;
     bool allow_neg_eigval = false;  // β = 2 sigmoid(x); needs use_beta_sigmoid_in_kernel
+    int64_t state_stride = 0;       // > 0: the forward also returns states (below)
 };
 
 struct GatedDeltaRuleOutputs {
     at::Tensor o;   // [B, T, HV, V] fp64
     at::Tensor ht;  // [N, HV, K, V] fp64
+    /// [NT, HV, K, V] fp64: the state before positions 0, state_stride, 2·state_stride, ... of
+    /// each sequence, sequence after sequence (chunk boundaries); with state_stride > 0 only
+    at::Tensor states;
 };
 
 /// Gradients w.r.t. the inputs as passed (raw q, k, g, β where the options transform them).

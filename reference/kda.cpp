@@ -21,6 +21,7 @@ using common::ceil_sqrt;
 using common::check_shape;
 using common::contract_out;
 using common::rows;
+using common::StateSamples;
 
 // FLA's l2norm puts its epsilon inside the square root: x / sqrt(Σ x² + eps).
 constexpr double kL2NormEps = 1e-6;
@@ -275,12 +276,15 @@ KdaOutputs kda_fwd(const KdaInputs& in) {
     StepBuffers buf = step_buffers(d, opts);
     // sequences run one after another on the calling thread: the dtype tracer's
     // RecordFunction callback is thread-local and must see every op
-    for (const Sequence& seq : sequences(d.B, d.T, in.cu_seqlens)) {
+    const std::vector<Sequence> seqs = sequences(d.B, d.T, in.cu_seqlens);
+    StateSamples samples(seqs, in.state_stride, {d.HV, d.K, d.V}, opts);  // [NT, HV, K, V]
+    for (const Sequence& seq : seqs) {
         SequenceInputs s = prepare(in, d, seq);
         s.q = s.q * d.scale;
         at::Tensor state = initial_state(in.h0, seq.index, d, opts);  // [HV, K, V]
         const at::Tensor o_seq = rows(o, seq);                        // [L, HV, V]
         for (int64_t t = 0; t < seq.length(); ++t) {
+            samples.keep(t, state);
             step_inplace(state, buf, s, t);
             // o_t = S_tᵀ (scale·q_t), written straight into o's row
             at::Tensor o_t = o_seq.select(0, t);  // [HV, V]
@@ -288,7 +292,7 @@ KdaOutputs kda_fwd(const KdaInputs& in) {
         }
         ht.select(0, seq.index).copy_(state);
     }
-    return {o, ht};
+    return {o, ht, samples.states()};
 }
 
 KdaGrads kda_bwd(const KdaInputs& in, const at::Tensor& d_o, const at::Tensor& dht) {
@@ -415,7 +419,7 @@ KdaOutputs kda_fwd_chunked(const KdaInputs& in, int64_t chunk_size) {
         }
         ht.select(0, seq.index).copy_(S);
     }
-    return {o, ht};
+    return {o, ht, {}};
 }
 
 }  // namespace lav::ref

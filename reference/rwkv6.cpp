@@ -21,6 +21,7 @@ using common::ceil_sqrt;
 using common::check_shape;
 using common::contract_out;
 using common::rows;
+using common::StateSamples;
 
 struct Dims {
     int64_t B, T, H, K, V, N;
@@ -96,12 +97,15 @@ Rwkv6Outputs rwkv6_fwd(const Rwkv6Inputs& in) {
     at::Tensor ht = at::empty({d.N, d.H, d.K, d.V}, opts);  // [N, H, K, V]
     // sequences run one after another on the calling thread: the dtype tracer's
     // RecordFunction callback is thread-local and must see every op
-    for (const Sequence& seq : sequences(d.B, d.T, in.cu_seqlens)) {
+    const std::vector<Sequence> seqs = sequences(d.B, d.T, in.cu_seqlens);
+    StateSamples samples(seqs, in.state_stride, {d.H, d.K, d.V}, opts);  // [NT, H, K, V]
+    for (const Sequence& seq : seqs) {
         const SequenceInputs s = sequence_inputs(in, seq);
         at::Tensor state = initial_state(in.h0, seq.index, d, opts);  // [H, K, V]
         at::Tensor scratch = at::empty({d.H, d.K, d.V}, opts);        // [H, K, V]
         const at::Tensor o_seq = rows(o, seq);                        // [L, H, V]
         for (int64_t t = 0; t < seq.length(); ++t) {
+            samples.keep(t, state);
             // o_t = scale·[S_{t-1}ᵀ q_t + bonus_t v_t], read before the step
             at::Tensor o_t = o_seq.select(0, t);  // [H, V]
             contract_out(o_t, scratch, state, s.q.select(0, t).unsqueeze(2), 1);
@@ -110,7 +114,7 @@ Rwkv6Outputs rwkv6_fwd(const Rwkv6Inputs& in) {
         }
         ht.select(0, seq.index).copy_(state);
     }
-    return {o, ht};
+    return {o, ht, samples.states()};
 }
 
 Rwkv6Grads rwkv6_bwd(const Rwkv6Inputs& in, const at::Tensor& d_o, const at::Tensor& dht) {
@@ -249,7 +253,7 @@ Rwkv6Outputs rwkv6_fwd_parallel(const Rwkv6Inputs& in) {
         ht.select(0, seq.index)
             .copy_(G_last.exp().unsqueeze(2) * h0 + at::bmm(kw.transpose(1, 2), v));
     }
-    return {o, ht};
+    return {o, ht, {}};
 }
 
 }  // namespace lav::ref

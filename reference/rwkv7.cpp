@@ -21,6 +21,7 @@ using common::ceil_sqrt;
 using common::check_shape;
 using common::contract_out;
 using common::rows;
+using common::StateSamples;
 
 struct Dims {
     int64_t B, T, H, K, V, N;
@@ -112,7 +113,9 @@ Rwkv7Outputs rwkv7_fwd(const Rwkv7Inputs& in) {
     at::Tensor ht = at::empty({d.N, d.H, d.K, d.V}, opts);  // [N, H, K, V]
     // sequences run one after another on the calling thread: the dtype tracer's
     // RecordFunction callback is thread-local and must see every op
-    for (const Sequence& seq : sequences(d.B, d.T, in.cu_seqlens)) {
+    const std::vector<Sequence> seqs = sequences(d.B, d.T, in.cu_seqlens);
+    StateSamples samples(seqs, in.state_stride, {d.H, d.K, d.V}, opts);  // [NT, H, K, V]
+    for (const Sequence& seq : seqs) {
         const SequenceInputs s = sequence_inputs(in, seq);
         const at::Tensor qs = rows(q_scaled, seq);                    // [L, H, K]
         at::Tensor state = initial_state(in.h0, seq.index, d, opts);  // [H, K, V]
@@ -120,13 +123,14 @@ Rwkv7Outputs rwkv7_fwd(const Rwkv7Inputs& in) {
         at::Tensor ha = at::empty({d.H, d.V}, opts);                  // [H, V]
         const at::Tensor o_seq = rows(o, seq);                        // [L, H, V]
         for (int64_t t = 0; t < seq.length(); ++t) {
+            samples.keep(t, state);
             step_inplace(state, ha, scratch, s, t);
             at::Tensor o_t = o_seq.select(0, t);  // [H, V]
             contract_out(o_t, scratch, state, qs.select(0, t).unsqueeze(2), 1);
         }
         ht.select(0, seq.index).copy_(state);
     }
-    return {o, ht};
+    return {o, ht, samples.states()};
 }
 
 Rwkv7Grads rwkv7_bwd(const Rwkv7Inputs& in, const at::Tensor& d_o, const at::Tensor& dht) {
@@ -272,7 +276,7 @@ Rwkv7Outputs rwkv7_fwd_chunkwise(const Rwkv7Inputs& in, int64_t chunk) {
         }
         ht.select(0, seq.index).copy_(S);
     }
-    return {o, ht};
+    return {o, ht, {}};
 }
 
 }  // namespace lav::ref

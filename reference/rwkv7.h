@@ -29,11 +29,15 @@ struct Rwkv7Inputs {
     at::Tensor h0;                    // [N, H, K, V] fp64; undefined: zeros
     std::vector<int64_t> cu_seqlens;  // [N + 1]; empty: dense batch (N = B)
     double scale = 0.0;               // 0: K^-0.5 (the harness passes rwkv7's 1.0 itself)
+    int64_t state_stride = 0;         // > 0: the forward also returns states (below)
 };
 
 struct Rwkv7Outputs {
     at::Tensor o;   // [B, T, H, V] fp64
     at::Tensor ht;  // [N, H, K, V] fp64
+    /// [NT, H, K, V] fp64: the state before positions 0, state_stride, 2·state_stride, ... of
+    /// each sequence, sequence after sequence (chunk boundaries); with state_stride > 0 only
+    at::Tensor states;
 };
 
 struct Rwkv7Grads {

@@ -212,12 +212,15 @@ CombaFwd comba_chunk_fwd_cpu(const CombaArgs& args) {
     CombaFwd out;
     const at::Tensor o_hl = poisoned_hl({p.B, p.T, p.H, p.V}, p.layout, p.out, out.o);
     out.ht = poisoned({p.N, p.H, p.K, p.V}, p.state);
+    const cpu::ChunkStateStore kept(args.keep_chunk_states, p.seqs, p.chunk, {p.H, p.K, p.V},
+                                    p.state);
     for_each_sequence(p, [&](const Sequence& s) {
         // the carried state stays fp32; only its stored copies are rounded
         at::Tensor S = start_state(p, s.index);  // [H, K, V]
         for (const auto& [c0, c1] : chunks_of(s, p.chunk)) {
             const Chunk c = load_comba_chunk(cp, s.batch, c0, c1);
-            const at::Tensor h = round_to(S, p.state);                            // [H, K, V]
+            const at::Tensor h = round_to(S, p.state);  // [H, K, V]
+            kept.store(s, c0, h);
             const at::Tensor v_new = round_to(c.u - at::bmm(c.w, h), p.in);       // [H, L, V]
             at::Tensor o = at::bmm(c.in.qv, h).mul_(c.gates.decay.unsqueeze(2));  // [H, L, V]
             // the masked, decayed scores are cast to v's dtype before A·v_new (FLA's chunk_fwd_o)
@@ -229,6 +232,7 @@ CombaFwd comba_chunk_fwd_cpu(const CombaArgs& args) {
         }
         out.ht[s.index].copy_(S);
     });
+    out.h = kept.h();
     return out;
 }
 

@@ -55,11 +55,13 @@ struct Args {
     c10::ScalarType state_dtype = c10::ScalarType::Float;
     c10::ScalarType output_dtype = c10::ScalarType::Undefined;  // Undefined: q's dtype
     int64_t chunk_size = 64;
+    bool keep_chunk_states = false;  // the chunk forward also returns h (for comparison)
 };
 
 struct Fwd {
     at::Tensor o;   // v's layout and sizes; output dtype
     at::Tensor ht;  // [N, HV, K, V]; state dtype
+    at::Tensor h;   // [NT, HV, K, V] state dtype: each chunk's stored state; keep_chunk_states
 };
 
 /// Gradients w.r.t. the tensors as passed (raw q, k, g, β when the kernel transforms them).
@@ -588,6 +590,8 @@ inline Fwd chunk_fwd(const Args& args) {
     Fwd out;
     const at::Tensor o_hl = poisoned_hl({p.B, p.T, p.HV, p.V}, p.layout, p.out, out.o);
     out.ht = poisoned({p.N, p.HV, p.K, p.V}, p.state);
+    const cpu::ChunkStateStore kept(args.keep_chunk_states, p.seqs, p.chunk, {p.HV, p.K, p.V},
+                                    p.state);
     for_each_sequence(p, [&](const Sequence& s) {
         // the carried state stays fp32; only its stored copies are rounded
         at::Tensor S = start_state(p, s.index);  // [HV, K, V]
@@ -596,7 +600,8 @@ inline Fwd chunk_fwd(const Args& args) {
             const ChunkGates gates = chunk_gates(p, c.g, c1 - c0);
             const Wy wy = wy_transform(p, c, gates);
             // the stored chunk state (FLA's h) is what the v_new and output passes read
-            const at::Tensor h = round_to(S, p.state);                       // [HV, K, V]
+            const at::Tensor h = round_to(S, p.state);  // [HV, K, V]
+            kept.store(s, c0, h);
             const at::Tensor v_new = new_values(p, wy, h);                   // [HV, L, V]
             at::Tensor o = at::bmm(c.qv, h).mul_(gates.decay.unsqueeze(2));  // [HV, L, V]
             // FLA's chunk_fwd_o casts the masked, decayed scores to v's dtype before A·v_new
@@ -608,6 +613,7 @@ inline Fwd chunk_fwd(const Args& args) {
         }
         out.ht[s.index].copy_(S);
     });
+    out.h = kept.h();
     return out;
 }
 

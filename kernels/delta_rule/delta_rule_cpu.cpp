@@ -22,10 +22,11 @@ delta::Args engine_args(const DeltaRuleArgs& a) {
     e.state_dtype = a.state_dtype;
     e.output_dtype = a.output_dtype;
     e.chunk_size = a.chunk_size;
+    e.keep_chunk_states = a.keep_chunk_states;
     return e;
 }
 
-DeltaRuleFwd forward_of(const delta::Fwd& f) { return {f.o, f.ht}; }
+DeltaRuleFwd forward_of(const delta::Fwd& f) { return {f.o, f.ht, f.h}; }
 
 DeltaRuleGrads grads_of(const delta::Grads& g) { return {g.dq, g.dk, g.dv, g.dbeta, g.dh0}; }
 

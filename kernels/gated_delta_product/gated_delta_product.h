@@ -41,11 +41,18 @@ struct GatedDeltaProductArgs {
     c10::ScalarType state_dtype = c10::ScalarType::Float;       // chunk states, final state, dh0
     c10::ScalarType output_dtype = c10::ScalarType::Undefined;  // o; Undefined: q's dtype
     int64_t chunk_size = 64;  // in sub-steps, as FLA's WY and backward passes count them
+    /// the chunk forward also returns its stored chunk states (for comparison, not for speed)
+    bool keep_chunk_states = false;
 };
 
 struct GatedDeltaProductFwd {
     at::Tensor o;   // [B, T, H, V] in the layout; output dtype
     at::Tensor ht;  // [N, H, K, V]; state dtype
+    /// [NT, H, K, V] in the state dtype: the state before each chunk of the interleaved
+    /// sub-steps as the output pass reads it (FLA's h), chunks of chunk_size sub-steps numbered
+    /// by chunk_index() over the L·num_householder sub-steps of each sequence; chunk forward
+    /// with keep_chunk_states only
+    at::Tensor h;
 };
 
 /// Gradients w.r.t. the tensors as passed (raw q, k with the in-kernel norm).

@@ -74,11 +74,12 @@ delta::Args engine_args(const GatedDeltaProductArgs& a) {
     e.state_dtype = a.state_dtype;
     e.output_dtype = a.output_dtype;
     e.chunk_size = a.chunk_size;
+    e.keep_chunk_states = a.keep_chunk_states;
     return e;
 }
 
 GatedDeltaProductFwd forward_of(const GatedDeltaProductArgs& a, const delta::Fwd& f) {
-    return {pick(f.o, a.num_householder, a.num_householder - 1, a.layout), f.ht};
+    return {pick(f.o, a.num_householder, a.num_householder - 1, a.layout), f.ht, f.h};
 }
 
 /// d_o per token spread onto each token's last sub-step.

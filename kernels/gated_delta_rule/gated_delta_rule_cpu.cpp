@@ -28,10 +28,11 @@ delta::Args engine_args(const GatedDeltaRuleArgs& a) {
     e.state_dtype = a.state_dtype;
     e.output_dtype = a.output_dtype;
     e.chunk_size = a.chunk_size;
+    e.keep_chunk_states = a.keep_chunk_states;
     return e;
 }
 
-GatedDeltaRuleFwd forward_of(const delta::Fwd& f) { return {f.o, f.ht}; }
+GatedDeltaRuleFwd forward_of(const delta::Fwd& f) { return {f.o, f.ht, f.h}; }
 
 GatedDeltaRuleGrads grads_of(const delta::Grads& g) {
     return {g.dq, g.dk, g.dv, g.dg, g.dbeta, g.dA_log, g.ddt_bias, g.dh0};

@@ -671,6 +671,8 @@ KdaFwd kda_chunk_fwd_cpu(const KdaArgs& args) {
     out.o = poisoned(args.v.sizes(), p.out);
     out.ht = poisoned({p.N, p.HV, p.K, p.V}, p.state);
     const at::Tensor o_hl = to_head_last(out.o, args.layout);  // [B, T, HV, V]
+    const cpu::ChunkStateStore kept(args.keep_chunk_states, p.seqs, p.chunk, {p.HV, p.K, p.V},
+                                    p.state);
     for_each_lane(p, [&](const Sequence& s, int64_t hv) {
         // the carried state stays fp32; only its stored copies are rounded
         at::Tensor S = lane_start(p, s.index, hv).unsqueeze(0);  // [1, K, V]
@@ -682,11 +684,13 @@ KdaFwd kda_chunk_fwd_cpu(const KdaArgs& args) {
             const at::Tensor qg = round_to(blk.q * f.decay, p.in);  // [1, L, K]
             const at::Tensor A_qk = round_to(f.A_qk, p.in);         // [1, L, L]
             const ChunkStored st = chunk_advance(p, blk, f, S);
+            kept.store(s, c0, st.h[0], hv);
             const at::Tensor o = small_mm(A_qk, st.v_new) + small_mm(qg, st.h) * p.scale;
             store_head_rows(o_hl, s.batch, hv, c0, c1, o);
         }
         out.ht[s.index][hv].copy_(S[0]);
     });
+    out.h = kept.h();
     return out;
 }
 

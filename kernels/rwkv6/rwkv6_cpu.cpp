@@ -201,6 +201,8 @@ Rwkv6Fwd rwkv6_chunk_fwd_cpu(const Rwkv6Args& args) {
     out.o = poisoned(args.v.sizes(), p.out);
     out.ht = poisoned({p.N, p.H, p.K, p.V}, p.state);
     const at::Tensor o_hl = to_head_last(out.o, args.layout);  // [B, T, H, V]
+    const cpu::ChunkStateStore kept(args.keep_chunk_states, p.seqs, p.chunk, {p.H, p.K, p.V},
+                                    p.state);
     for_each_lane(p, [&](const Sequence& s, int64_t head, int64_t) {
         // the carried state stays fp32; only its stored copies are rounded
         at::Tensor S = start_state(p, s.index, head);  // [1, K, V]
@@ -209,7 +211,8 @@ Rwkv6Fwd rwkv6_chunk_fwd_cpu(const Rwkv6Args& args) {
             const at::Tensor k = load_rows(p.k, s.batch, head, c0, c1);  // [1, L, K]
             const at::Tensor v = load_rows(p.v, s.batch, head, c0, c1);  // [1, L, V]
             const ChunkGates g = chunk_gates(p, s.batch, head, c0, c1);
-            const at::Tensor h = round_to(S, p.state);                    // [1, K, V]
+            const at::Tensor h = round_to(S, p.state);  // [1, K, V]
+            kept.store(s, c0, h[0], head);
             const at::Tensor q_decayed = round_to(q * g.Ge.exp(), p.in);  // [1, L, K]
             const at::Tensor A = round_to(intra_scores(q, k, g), p.in);   // [1, L, L]
             at::Tensor o = at::bmm(q_decayed, h);                         // [1, L, V]
@@ -219,6 +222,7 @@ Rwkv6Fwd rwkv6_chunk_fwd_cpu(const Rwkv6Args& args) {
         }
         out.ht[s.index][head].copy_(S[0]);
     });
+    out.h = kept.h();
     return out;
 }
 

@@ -34,11 +34,16 @@ struct Rwkv7Args {
     c10::ScalarType state_dtype = c10::ScalarType::Float;       // chunk states, final state, dh0
     c10::ScalarType output_dtype = c10::ScalarType::Undefined;  // o; Undefined: q's dtype
     int64_t chunk_size = 64;
+    /// the chunk forward also returns its stored chunk states (for comparison, not for speed)
+    bool keep_chunk_states = false;
 };
 
 struct Rwkv7Fwd {
     at::Tensor o;   // layout of q, [.., V]; output dtype
     at::Tensor ht;  // [N, H, K, V]; state dtype
+    /// [NT, H, K, V] in the state dtype: the state before each chunk as the output pass reads
+    /// it (FLA's h), chunks numbered by chunk_index(); chunk forward with keep_chunk_states only
+    at::Tensor h;
 };
 
 struct Rwkv7Grads {

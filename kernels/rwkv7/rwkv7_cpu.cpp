@@ -241,15 +241,20 @@ Rwkv7Fwd rwkv7_chunk_fwd_cpu(const Rwkv7Args& args) {
     out.o = poisoned(args.v.sizes(), p.out);
     out.ht = poisoned({p.N, p.H, p.K, p.V}, p.state);
     const at::Tensor o_hl = to_head_last(out.o, args.layout);  // [B, T, H, V]
+    const cpu::ChunkStateStore kept(args.keep_chunk_states, p.seqs, p.chunk, {p.H, p.K, p.V},
+                                    p.state);
     for_each_lane(p, [&](const Sequence& s, int64_t h) {
         at::Tensor S = lane_start(p, s.index, h);  // [K, V] carried in fp32
         for (const auto& [c0, c1] : chunks_of(s, p.chunk)) {
+            // the same rounding of S that chunk_step reads as the stored h
+            kept.store(s, c0, round_to(S, p.state), h);
             const auto [o, next] = chunk_step(p, load_chunk(p, s, h, c0, c1), S);
             store(o_hl, s, h, c0, c1, o);
             S = next;
         }
         out.ht[s.index][h].copy_(S);
     });
+    out.h = kept.h();
     return out;
 }
 

@@ -64,7 +64,7 @@ std::vector<FamilyIssue> check(const Case& c) {
     return issues;
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+ref::CombaInputs reference_inputs(const Case& c, const TensorMap& in) {
     ref::CombaInputs r;
     r.q = in.at("q");
     r.k = in.at("k");
@@ -76,6 +76,11 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     r.cu_seqlens = c.cu_seqlens;
     r.scale = scale_of(c);
     r.use_qk_l2norm_in_kernel = l2norm_of(c);
+    return r;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    const ref::CombaInputs r = reference_inputs(c, in);
     const ref::CombaOutputs fwd = ref::comba_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
@@ -91,8 +96,7 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
+kernels::CombaArgs kernel_args(const Case& c, const TensorMap& in) {
     kernels::CombaArgs a;
     a.q = in.at("q");
     a.k = in.at("k");
@@ -104,7 +108,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.scale = scale_of(c);
     a.use_qk_l2norm_in_kernel = l2norm_of(c);
     set_common_args(a, c);
+    return a;
+}
 
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    const kernels::CombaArgs a = kernel_args(c, in);
     const bool chunk = is_chunk("comba", variant);
     KernelResult result;
     result.contract = kernels::comba_contract(variant, backward, a);
@@ -123,6 +132,11 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     }
     result.results = head_last_results(c, measured(c, backward), raw);
     return result;
+}
+
+ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
+    return stored_chunk_states(c, kernel_args(c, in), kernels::comba_chunk_fwd_cpu,
+                               reference_inputs(c, reference_in), ref::comba_fwd);
 }
 
 }  // namespace
@@ -144,6 +158,7 @@ Family comba_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+    f.chunk_states = chunk_states;
     return f;
 }
 

@@ -39,7 +39,7 @@ std::vector<FamilyIssue> check(const Case& c) {
     return issues;
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+ref::DeltaRuleInputs reference_inputs(const Case& c, const TensorMap& in) {
     ref::DeltaRuleInputs r;
     r.q = in.at("q");
     r.k = in.at("k");
@@ -49,6 +49,11 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     r.cu_seqlens = c.cu_seqlens;
     r.scale = scale_of(c);
     r.use_qk_l2norm_in_kernel = l2norm_of(c);
+    return r;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    const ref::DeltaRuleInputs r = reference_inputs(c, in);
     const ref::DeltaRuleOutputs fwd = ref::delta_rule_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
@@ -59,8 +64,7 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
+kernels::DeltaRuleArgs kernel_args(const Case& c, const TensorMap& in) {
     kernels::DeltaRuleArgs a;
     a.q = in.at("q");
     a.k = in.at("k");
@@ -70,7 +74,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.scale = scale_of(c);
     a.use_qk_l2norm_in_kernel = l2norm_of(c);
     set_common_args(a, c);
+    return a;
+}
 
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    const kernels::DeltaRuleArgs a = kernel_args(c, in);
     const bool chunk = is_chunk("delta_rule", variant);
     KernelResult result;
     result.contract = kernels::delta_rule_contract(variant, backward, a);
@@ -91,6 +100,11 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     return result;
 }
 
+ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
+    return stored_chunk_states(c, kernel_args(c, in), kernels::delta_rule_chunk_fwd_cpu,
+                               reference_inputs(c, reference_in), ref::delta_rule_fwd);
+}
+
 }  // namespace
 
 Family delta_rule_family() {
@@ -109,6 +123,7 @@ Family delta_rule_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+    f.chunk_states = chunk_states;
     return f;
 }
 

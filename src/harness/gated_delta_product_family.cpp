@@ -52,7 +52,7 @@ std::vector<FamilyIssue> check(const Case& c) {
     return issues;
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+ref::GatedDeltaProductInputs reference_inputs(const Case& c, const TensorMap& in) {
     ref::GatedDeltaProductInputs r;
     r.q = in.at("q");
     r.k = in.at("k");
@@ -64,6 +64,11 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     r.num_householder = householder_of(c);
     r.scale = scale_of(c);
     r.use_qk_l2norm_in_kernel = l2norm_of(c);
+    return r;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    const ref::GatedDeltaProductInputs r = reference_inputs(c, in);
     const ref::GatedDeltaProductOutputs fwd = ref::gated_delta_product_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
@@ -79,8 +84,7 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
+kernels::GatedDeltaProductArgs kernel_args(const Case& c, const TensorMap& in) {
     kernels::GatedDeltaProductArgs a;
     a.q = in.at("q");
     a.k = in.at("k");
@@ -92,7 +96,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.scale = scale_of(c);
     a.use_qk_l2norm_in_kernel = l2norm_of(c);
     set_common_args(a, c);
+    return a;
+}
 
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    const kernels::GatedDeltaProductArgs a = kernel_args(c, in);
     const bool chunk = is_chunk("gated_delta_product", variant);
     KernelResult result;
     result.contract = kernels::gated_delta_product_contract(variant, backward, a);
@@ -113,6 +122,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     }
     result.results = head_last_results(c, measured(c, backward), raw);
     return result;
+}
+
+ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
+    return stored_chunk_states(c, kernel_args(c, in), kernels::gated_delta_product_chunk_fwd_cpu,
+                               reference_inputs(c, reference_in), ref::gated_delta_product_fwd,
+                               householder_of(c));
 }
 
 }  // namespace
@@ -136,6 +151,7 @@ Family gated_delta_product_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+    f.chunk_states = chunk_states;
     return f;
 }
 

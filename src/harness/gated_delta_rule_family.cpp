@@ -67,7 +67,7 @@ std::vector<FamilyIssue> check(const Case& c) {
     return issues;
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+ref::GatedDeltaRuleInputs reference_inputs(const Case& c, const TensorMap& in) {
     ref::GatedDeltaRuleInputs r;
     r.q = in.at("q");
     r.k = in.at("k");
@@ -83,6 +83,11 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     r.use_gate_in_kernel = gate_in_kernel(c);
     r.use_beta_sigmoid_in_kernel = beta_sigmoid(c);
     r.allow_neg_eigval = neg_eigval(c);
+    return r;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    const ref::GatedDeltaRuleInputs r = reference_inputs(c, in);
     const ref::GatedDeltaRuleOutputs fwd = ref::gated_delta_rule_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
@@ -100,8 +105,7 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
+kernels::GatedDeltaRuleArgs kernel_args(const Case& c, const TensorMap& in) {
     kernels::GatedDeltaRuleArgs a;
     a.q = in.at("q");
     a.k = in.at("k");
@@ -117,7 +121,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.use_beta_sigmoid_in_kernel = beta_sigmoid(c);
     a.allow_neg_eigval = neg_eigval(c);
     set_common_args(a, c);
+    return a;
+}
 
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    const kernels::GatedDeltaRuleArgs a = kernel_args(c, in);
     const bool chunk = is_chunk("gated_delta_rule", variant);
     KernelResult result;
     result.contract = kernels::gated_delta_rule_contract(variant, backward, a);
@@ -145,6 +154,11 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     return result;
 }
 
+ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
+    return stored_chunk_states(c, kernel_args(c, in), kernels::gated_delta_rule_chunk_fwd_cpu,
+                               reference_inputs(c, reference_in), ref::gated_delta_rule_fwd);
+}
+
 }  // namespace
 
 Family gated_delta_rule_family() {
@@ -167,6 +181,7 @@ Family gated_delta_rule_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+    f.chunk_states = chunk_states;
     return f;
 }
 

@@ -84,7 +84,7 @@ std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
     return out;
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+ref::KdaInputs reference_inputs(const Case& c, const TensorMap& in) {
     ref::KdaInputs r;
     r.q = in.at("q");
     r.k = in.at("k");
@@ -101,6 +101,11 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     r.lower_bound = lower_bound(c);
     r.use_beta_sigmoid_in_kernel = flag(c, kBetaSigmoid);
     r.allow_neg_eigval = flag(c, kNegEigval);
+    return r;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    const ref::KdaInputs r = reference_inputs(c, in);
     const ref::KdaOutputs fwd = ref::kda_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
@@ -117,8 +122,7 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
+kernels::KdaArgs kernel_args(const Case& c, const TensorMap& in) {
     kernels::KdaArgs a;
     a.q = in.at("q");
     a.k = in.at("k");
@@ -135,7 +139,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.use_beta_sigmoid_in_kernel = flag(c, kBetaSigmoid);
     a.allow_neg_eigval = flag(c, kNegEigval);
     set_common_args(a, c);
+    return a;
+}
 
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    const kernels::KdaArgs a = kernel_args(c, in);
     const bool chunk = is_chunk("kda", variant);
     KernelResult result;
     result.contract = kernels::kda_contract(variant, backward, a);
@@ -162,6 +171,11 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     return result;
 }
 
+ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
+    return stored_chunk_states(c, kernel_args(c, in), kernels::kda_chunk_fwd_cpu,
+                               reference_inputs(c, reference_in), ref::kda_fwd);
+}
+
 }  // namespace
 
 Family kda_family() {
@@ -186,6 +200,7 @@ Family kda_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+    f.chunk_states = chunk_states;
     return f;
 }
 

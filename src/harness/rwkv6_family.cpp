@@ -38,7 +38,7 @@ std::vector<scenario::FamilyIssue> check(const Case& c) {
     return issues;
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+ref::Rwkv6Inputs reference_inputs(const Case& c, const TensorMap& in) {
     ref::Rwkv6Inputs r;
     r.q = in.at("q");
     r.k = in.at("k");
@@ -48,6 +48,11 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     r.h0 = get_or_undefined(in, "h0");
     r.cu_seqlens = c.cu_seqlens;
     r.scale = scale_of(c);
+    return r;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    const ref::Rwkv6Inputs r = reference_inputs(c, in);
     const ref::Rwkv6Outputs fwd = ref::rwkv6_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
@@ -59,8 +64,7 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
+kernels::Rwkv6Args kernel_args(const Case& c, const TensorMap& in) {
     kernels::Rwkv6Args a;
     a.q = in.at("q");
     a.k = in.at("k");
@@ -70,7 +74,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.h0 = get_or_undefined(in, "h0");
     a.scale = scale_of(c);
     set_common_args(a, c);
+    return a;
+}
 
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    const kernels::Rwkv6Args a = kernel_args(c, in);
     const bool chunk = is_chunk("rwkv6", variant);
     KernelResult result;
     result.contract = kernels::rwkv6_contract(variant, backward, a);
@@ -91,6 +100,11 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     return result;
 }
 
+ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
+    return stored_chunk_states(c, kernel_args(c, in), kernels::rwkv6_chunk_fwd_cpu,
+                               reference_inputs(c, reference_in), ref::rwkv6_fwd);
+}
+
 }  // namespace
 
 Family rwkv6_family() {
@@ -108,6 +122,7 @@ Family rwkv6_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+    f.chunk_states = chunk_states;
     return f;
 }
 

@@ -62,7 +62,7 @@ at::Tensor b_of(const Case& c, const TensorMap& in) {
     return b_is_neg_a(c) ? -in.at("a") : in.at("b");
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+ref::Rwkv7Inputs reference_inputs(const Case& c, const TensorMap& in) {
     ref::Rwkv7Inputs r;
     r.q = in.at("q");
     r.w = get_or_undefined(in, "w");
@@ -73,6 +73,11 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     r.h0 = get_or_undefined(in, "h0");
     r.cu_seqlens = c.cu_seqlens;
     r.scale = rwkv7_scale(c);
+    return r;
+}
+
+TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
+    const ref::Rwkv7Inputs r = reference_inputs(c, in);
     const ref::Rwkv7Outputs fwd = ref::rwkv7_fwd(r);
     TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
     if (backward) {
@@ -88,8 +93,7 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
+kernels::Rwkv7Args kernel_args(const Case& c, const TensorMap& in) {
     kernels::Rwkv7Args a;
     a.q = in.at("q");
     a.w = get_or_undefined(in, "w");
@@ -101,7 +105,12 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     a.h0 = get_or_undefined(in, "h0");
     a.scale = rwkv7_scale(c);
     set_common_args(a, c);
+    return a;
+}
 
+KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
+                     const TensorMap& cot, bool backward) {
+    const kernels::Rwkv7Args a = kernel_args(c, in);
     const bool chunk = is_chunk("rwkv7", variant);
     KernelResult result;
     result.contract = kernels::rwkv7_contract(variant, backward, a);
@@ -120,6 +129,11 @@ KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap&
     }
     result.results = head_last_results(c, measured(c, backward), raw);
     return result;
+}
+
+ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
+    return stored_chunk_states(c, kernel_args(c, in), kernels::rwkv7_chunk_fwd_cpu,
+                               reference_inputs(c, reference_in), ref::rwkv7_fwd);
 }
 
 }  // namespace
@@ -142,6 +156,7 @@ Family rwkv7_family() {
     f.measured = measured;
     f.reference = reference;
     f.run_cpu = run_cpu;
+    f.chunk_states = chunk_states;
     return f;
 }
 

@@ -16,7 +16,9 @@ namespace lav::report {
 struct ChunkStateRow {
     int64_t chunk = 0;     ///< its row in h and h_ref
     int64_t sequence = 0;  ///< the sequence it belongs to (row of the [N, H, K, V] states)
-    int64_t position = 0;  ///< the chunk's first position, counted from the sequence's start
+    /// the chunk's first position, counted from the sequence's start (gated_delta_product:
+    /// its first sub-step)
+    int64_t position = 0;
     double rel_rmse = 0;  ///< ‖h − h_ref‖₂ / ‖h_ref‖₂ over this chunk (0 when both are zero)
 };
 

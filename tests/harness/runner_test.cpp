@@ -1,5 +1,5 @@
 // tests/harness/runner_test.cpp — the case runner: which results count as states, and the chunk
-// states it hands to --dump-intermediates.
+// states each family with a chunk-state dump hands to --dump-intermediates.
 #include "harness/runner.h"
 
 #include <ATen/ATen.h>
@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "core/varlen.h"
+#include "harness/family_support.h"
+#include "metrics/bounds.h"
 
 namespace lav::harness {
 namespace {
@@ -86,12 +88,18 @@ TEST(Runner, EveryInitialStateGradientIsAState) {
     EXPECT_EQ(records[0].verdict, "fail");
 }
 
-// The chunk states of a varlen case (an empty sequence, ragged last chunks), with h0.
-std::vector<report::Intermediates> dump(const std::string& family) {
-    Registry registry;
-    register_all(registry);
+// The chunk states of a varlen case (an empty sequence, ragged last chunks), with h0 and the
+// family's default options; gated_delta_rule and kda with two value heads per key head.
+Case dump_case(const Registry& registry, const std::string& family) {
     Case c = small_case(family);
-    if (family == "simple_gla") c.options = {{"gate", "g"}};
+    for (const auto& [name, values] : registry.get(family).info.options)
+        c.options[name] = values.front();
+    if (family == "simple_gla") c.options["gate"] = "g";
+    if (family == "gated_delta_rule" || family == "kda") c.HV = 2 * c.H;
+    return c;
+}
+
+std::vector<report::Intermediates> dump(const Registry& registry, const Case& c) {
     RunOptions options;
     std::vector<report::Intermediates> dumps;
     options.on_intermediates = [&](const std::vector<report::Intermediates>& d) { dumps = d; };
@@ -101,42 +109,73 @@ std::vector<report::Intermediates> dump(const std::string& family) {
     return dumps;
 }
 
-void expect_chunk_states(const std::string& family) {
-    const auto dumps = dump(family);
+// `steps` recurrence steps per position: gated_delta_product's sub-steps per token.
+void expect_chunk_states(const std::string& family, int64_t steps = 1) {
+    Registry registry;
+    register_all(registry);
+    const Case c = dump_case(registry, family);
+    const auto dumps = dump(registry, c);
     ASSERT_EQ(dumps.size(), 1u) << family;
     const report::Intermediates& d = dumps[0];
+    EXPECT_EQ(d.family, family);
     EXPECT_EQ(d.variant, "chunk");
     EXPECT_EQ(d.state_dtype, "bf16");
-    // sequences of 0, 37 and 63 positions: 0 + 3 + 4 chunks of 16
-    EXPECT_EQ(d.dims, (std::vector<int64_t>{7, 2, 16, 16}));
-    ASSERT_EQ(d.chunks.size(), 7u);
-    const std::vector<int64_t> sequence = {1, 1, 1, 2, 2, 2, 2};
-    const std::vector<int64_t> position = {0, 16, 32, 0, 16, 32, 48};
+    // sequences of 0, 37 and 63 positions, each cut into chunks of 16 steps from its start
+    std::vector<int64_t> sequence, position;
+    for (const int64_t n : {int64_t{1}, int64_t{2}})
+        for (int64_t step = 0; step < (n == 1 ? 37 : 63) * steps; step += 16) {
+            sequence.push_back(n);
+            position.push_back(step);
+        }
+    const int64_t NT = static_cast<int64_t>(sequence.size());
+    const int64_t heads = value_heads(c);
+    EXPECT_EQ(d.dims, (std::vector<int64_t>{NT, heads, 16, 16})) << family;
+    ASSERT_EQ(d.chunks.size(), static_cast<size_t>(NT)) << family;
+    const double bound =
+        metrics::default_bound(metrics::TensorKind::state, c.input_dtype, c.state_dtype);
     for (size_t i = 0; i < d.chunks.size(); ++i) {
         const report::ChunkStateRow& row = d.chunks[i];
         EXPECT_EQ(row.chunk, static_cast<int64_t>(i));
-        EXPECT_EQ(row.sequence, sequence[i]) << i;
-        EXPECT_EQ(row.position, position[i]) << i;
+        EXPECT_EQ(row.sequence, sequence[i]) << family << " chunk " << i;
+        EXPECT_EQ(row.position, position[i]) << family << " chunk " << i;
         // the first state of a sequence is h0 itself, stored in bf16 and drawn in bf16: exact
         if (row.position == 0) {
             EXPECT_EQ(row.rel_rmse, 0.0) << family << " chunk " << i;
         } else {
             EXPECT_GT(row.rel_rmse, 0.0) << family << " chunk " << i;
-            // one bf16 rounding of the state and the fp32 chunk algebra (2^-9 ≈ 2e-3 per value)
-            EXPECT_LT(row.rel_rmse, 8e-3) << family << " chunk " << i;
+            EXPECT_LT(row.rel_rmse, bound) << family << " chunk " << i;
         }
     }
-    const int64_t numel = 7 * 2 * 16 * 16;
+    const int64_t numel = NT * heads * 16 * 16;
     ASSERT_EQ(d.h.size(), static_cast<size_t>(numel));
     ASSERT_EQ(d.h_ref.size(), static_cast<size_t>(numel));
     // every stored value is a bf16 number
     const at::Tensor h = at::tensor(d.h, at::kDouble);
-    EXPECT_TRUE(at::equal(h, h.to(at::kBFloat16).to(at::kDouble)));
+    EXPECT_TRUE(at::equal(h, h.to(at::kBFloat16).to(at::kDouble))) << family;
 }
 
 TEST(Runner, SimpleGlaChunkStatesBesideTheReference) { expect_chunk_states("simple_gla"); }
 
 TEST(Runner, GlaChunkStatesBesideTheReference) { expect_chunk_states("gla"); }
+
+TEST(Runner, DeltaRuleChunkStatesBesideTheReference) { expect_chunk_states("delta_rule"); }
+
+TEST(Runner, GatedDeltaRuleChunkStatesBesideTheReference) {
+    expect_chunk_states("gated_delta_rule");
+}
+
+// chunks of 16 sub-steps over two sub-steps per token (the family's default num_householder)
+TEST(Runner, GatedDeltaProductChunkStatesBesideTheReference) {
+    expect_chunk_states("gated_delta_product", 2);
+}
+
+TEST(Runner, CombaChunkStatesBesideTheReference) { expect_chunk_states("comba"); }
+
+TEST(Runner, KdaChunkStatesBesideTheReference) { expect_chunk_states("kda"); }
+
+TEST(Runner, Rwkv7ChunkStatesBesideTheReference) { expect_chunk_states("rwkv7"); }
+
+TEST(Runner, Rwkv6ChunkStatesBesideTheReference) { expect_chunk_states("rwkv6"); }
 
 }  // namespace
 }  // namespace lav::harness

@@ -130,7 +130,7 @@ DeltaRuleOutputs autograd_recurrence(const DeltaRuleInputs& in) {
         }
         finals.push_back(S);
     }
-    return {stack_rows(o_rows), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals), {}};
 }
 
 using GradCase = std::tuple<Shape, bool, bool, bool>;

@@ -147,7 +147,7 @@ GatedDeltaProductOutputs autograd_recurrence(const GatedDeltaProductInputs& in) 
         }
         finals.push_back(S);
     }
-    return {test::stack_rows(o_rows), at::stack(finals)};
+    return {test::stack_rows(o_rows), at::stack(finals), {}};
 }
 
 using GradCase = std::tuple<Shape, Opts, bool, bool>;

@@ -166,7 +166,7 @@ GatedDeltaRuleOutputs autograd_recurrence(const GatedDeltaRuleInputs& in) {
         }
         finals.push_back(S);
     }
-    return {stack_rows(o_rows), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals), {}};
 }
 
 using GradCase = std::tuple<Shape, Opts, bool, bool>;

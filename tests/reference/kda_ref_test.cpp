@@ -189,7 +189,7 @@ KdaOutputs autograd_recurrence(const KdaInputs& in) {
         }
         finals.push_back(at::stack(S));
     }
-    return {stack_rows(o_rows), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals), {}};
 }
 
 using GradCase = std::tuple<Shape, Options, bool, bool>;

@@ -114,7 +114,7 @@ Rwkv6Outputs autograd_recurrence(const Rwkv6Inputs& in) {
         }
         finals.push_back(S);
     }
-    return {stack_rows(o_rows), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals), {}};
 }
 
 using GradCase = std::tuple<Shape, double, bool>;

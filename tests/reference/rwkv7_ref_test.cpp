@@ -165,7 +165,7 @@ Rwkv7Outputs autograd_recurrence(const Rwkv7Inputs& in) {
         }
         finals.push_back(S);
     }
-    return {stack_rows(o_rows), at::stack(finals)};
+    return {stack_rows(o_rows), at::stack(finals), {}};
 }
 
 using GradCase = std::tuple<Shape, Form, bool>;
