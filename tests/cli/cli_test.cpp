@@ -7,6 +7,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -98,6 +99,53 @@ TEST(Cli, DumpIntermediatesWritesChunkStatesPerCase) {
     }
     EXPECT_GT(later["fp32"], 0.0);
     EXPECT_LT(later["fp32"], later["bf16"]);
+}
+
+TEST(Cli, DumpIntermediatesWritesDeltaRuleChunkStates) {
+    const fs::path dir = scratch("dump_delta_rule");
+    const Result run =
+        lav("run tests/data/scenarios/cli/dump_delta_rule.toml --out " +
+            scratch("dump_delta_rule.h5").string() + " --dump-intermediates " + dir.string());
+    ASSERT_EQ(run.code, 0) << run.output;
+    for (const char* state : {"fp32", "bf16"}) {
+        const std::string id = std::string("cli_dump_delta_rule[dtypes.state=") + state + "]";
+        const auto dumps =
+            report::read_intermediates((dir / report::intermediates_file_name(id)).string());
+        ASSERT_EQ(dumps.size(), 1u) << id;
+        const report::Intermediates& d = dumps[0];
+        EXPECT_EQ(d.case_id, id);
+        EXPECT_EQ(d.family, "delta_rule");
+        EXPECT_EQ(d.variant, "chunk");
+        EXPECT_EQ(d.state_dtype, state);
+        // sequences of 40, 0 and 24 positions in chunks of 16: 3 + 0 + 2
+        EXPECT_EQ(d.dims, (std::vector<int64_t>{5, 2, 16, 16}));
+        ASSERT_EQ(d.chunks.size(), 5u);
+        const std::vector<int64_t> sequence = {0, 0, 0, 2, 2};
+        const std::vector<int64_t> position = {0, 16, 32, 0, 16};
+        const int64_t per_chunk = 2 * 16 * 16;
+        ASSERT_EQ(d.h.size(), static_cast<size_t>(5 * per_chunk));
+        ASSERT_EQ(d.h_ref.size(), d.h.size());
+        for (size_t i = 0; i < d.chunks.size(); ++i) {
+            const report::ChunkStateRow& row = d.chunks[i];
+            EXPECT_EQ(row.sequence, sequence[i]) << id << " chunk " << i;
+            EXPECT_EQ(row.position, position[i]) << id << " chunk " << i;
+            // the table's rel_rmse is that of the chunk's rows of h and h_ref as written
+            double err = 0.0, norm = 0.0;
+            const int64_t first = static_cast<int64_t>(i) * per_chunk;
+            for (int64_t e = first; e < first + per_chunk; ++e) {
+                err += (d.h[e] - d.h_ref[e]) * (d.h[e] - d.h_ref[e]);
+                norm += d.h_ref[e] * d.h_ref[e];
+            }
+            EXPECT_NEAR(row.rel_rmse, std::sqrt(err / norm), 1e-9) << id << " chunk " << i;
+            // h0 drawn in the state dtype is stored exactly; later states carry the chunk
+            // algebra's bf16 intermediates, within the state bound (5e-3)
+            if (row.position == 0)
+                EXPECT_EQ(row.rel_rmse, 0.0) << id << " chunk " << i;
+            else
+                EXPECT_GT(row.rel_rmse, 0.0) << id << " chunk " << i;
+            EXPECT_LT(row.rel_rmse, 5e-3) << id << " chunk " << i;
+        }
+    }
 }
 
 TEST(Cli, TraceCarriesEveryKernelsDeclaredContract) {
