@@ -38,13 +38,15 @@ constexpr int kThreads = 32 * kWarps;
 /// Shared memory of one block. Tiles are stored as loaded, [row][column], and ldmatrix
 /// transposes the operands that need it; pitches of 8 extra elements keep its rows in
 /// distinct banks.
-template <typename T, int KT, int BV, bool PerKey>
+template <typename T, int KT, int BV, bool PerKey, bool Outputs>
 struct Tiles {
+    // what only the outputs need shrinks to one row in the state passes
+    static constexpr int OR = Outputs ? kRows : 1, OK = Outputs ? KT : 1;
     static constexpr int PK = KT + 8, PV = BV + 8, PR = kRows + 8;
     // cp.async destinations start 16-byte aligned
     union alignas(16) {
-        T q[kRows][PK];
-        T kd_lo[kRows][PK];  // the state gradient pass (no q there): its key operand's low half
+        T q[OR][PK];
+        T kd_lo[Outputs ? 1 : kRows][PK];  // the state gradient pass: its keys' low half
     };
     alignas(16) T k[kRows][PK];
     alignas(16) T v[kRows][PV];
@@ -55,21 +57,21 @@ struct Tiles {
         T vd[kRows][PV];
         unsigned short g_rows[kRows][PK];
     };
-    alignas(16) T a[kRows][PR];                       // masked decayed scores rounded to T
-    alignas(16) T s_hi[KT][PV], s_lo[KT][PV];         // stored state entering the chunk, split
+    alignas(16) T a[OR][PR];                          // masked decayed scores rounded to T
+    alignas(16) T s_hi[OK][PV], s_lo[OK][PV];         // stored state entering the chunk, split
     alignas(16) float g[PerKey ? kRows : 1][KT + 4];  // per-key gate cumsum G
     float grow[kRows];                                // per-row gate cumsum G
 };
 
-// A per-row gate needs no fp32 gate tile, and two blocks fit on a streaming multiprocessor
-template <bool PerKey>
-constexpr int kBlocksPerSm = PerKey ? 1 : 2;
+// Two blocks fit on a streaming multiprocessor, except gla's with outputs: its fp32 gate tile
+// and the output tiles together take ~138 KB at K = 128
+constexpr int blocks_per_sm(bool per_key, bool outputs) { return per_key && outputs ? 1 : 2; }
 
-template <typename T, int KT, int BV, bool PerKey>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
+template <typename T, int KT, int BV, bool PerKey, bool Outputs>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
     chunk_forward(GatedLinearProblem p, void* states, bool reverse, bool vec, bool g_vec) {
     using H = Half16<T>;
-    using Tile = Tiles<T, KT, BV, PerKey>;
+    using Tile = Tiles<T, KT, BV, PerKey, Outputs>;
     constexpr int MT = KT / 64;  // 16-key row tiles of the state per warp
     constexpr int NT = BV / 16;  // 8-column tiles per warp: half a value tile
     extern __shared__ float4 smem[];
@@ -80,7 +82,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
     const int64_t first = first_slot(p.seqs, p.chunk, n, s);
     const int64_t own = (int64_t(n) * p.heads + h) * p.dk * p.dv;
     const bool split = p.state != H::dtype;
-    const bool outputs = p.o.data != nullptr;
     const int block = warp % 4, half = warp / 4;
     const int r0 = 16 * block, cv0 = half * BV / 2;
     // a 16-bit per-key gate goes through g_rows only when its rows are copied whole
@@ -133,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
         const int len = int(s.len - c0 < p.chunk ? s.len - c0 : p.chunk);
         __syncthreads();  // the previous chunk's tiles are read
 
-        if (outputs) load_rows<T, T, kRows, KT>(t.q, p.q, s, c0, len, h, 0, p.dk, vec);
+        if constexpr (Outputs) load_rows<T, T, kRows, KT>(t.q, p.q, s, c0, len, h, 0, p.dk, vec);
         load_rows<T, T, kRows, KT>(t.k, p.k, s, c0, len, h, 0, p.dk, vec);
         load_rows<T, T, kRows, BV>(t.v, p.v, s, c0, len, h, v0, p.dv, vec);
         if (PerKey && g16)
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
         // split for q·h, two adjacent columns a 32-bit store
         const int64_t slot = (first + chunk) * p.heads + h;
         if (states != nullptr) store_state(states, slot * p.dk * p.dv);
-        if (outputs)
+        if constexpr (Outputs)
             for_state_pairs([&](float s0, float s1, int key, int col) {
                 const float x0 = rounded(s0, p.state), x1 = rounded(s1, p.state);
                 const T hi0 = H::from(x0), hi1 = H::from(x1);
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
             }
         __syncthreads();
 
-        if (outputs) {
+        if constexpr (Outputs) {
             // scores of rows i ∈ [r0, r0 + 16) against j < r0 + 16 (gated_linear_tc.cuh)
             float acc[4][4] = {};
             const auto score_col = [&](int c, int e) { return 8 * c + 2 * t4 + (e & 1); };
@@ -320,13 +321,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<PerKey>)
     if (p.ht != nullptr) store_state(p.ht, own);
 }
 
-template <typename T, int KT, int BV, bool PerKey>
+template <typename T, int KT, int BV, bool PerKey, bool Outputs>
 void launch(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
-    const auto kernel = chunk_forward<T, KT, BV, PerKey>;
-    const int bytes = int(sizeof(Tiles<T, KT, BV, PerKey>));
+    const auto kernel = chunk_forward<T, KT, BV, PerKey, Outputs>;
+    const int bytes = int(sizeof(Tiles<T, KT, BV, PerKey, Outputs>));
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                "gated linear tensor-core forward");
-    // all of the unified L1 as shared memory, so that kBlocksPerSm blocks fit side by side
+    // all of the unified L1 as shared memory, so that blocks_per_sm() blocks fit side by side
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                     cudaSharedmemCarveoutMaxShared),
                "gated linear tensor-core forward");
@@ -337,6 +338,17 @@ void launch(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_
     check_cuda(cudaGetLastError(), "gated linear tensor-core forward");
 }
 
+template <typename T, int KT, int BV>
+void launch_tile(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
+    const bool per_key = p.gate == Gate::per_key, outputs = p.o.data != nullptr;
+    if (per_key)
+        outputs ? launch<T, KT, BV, true, true>(p, states, reverse, stream)
+                : launch<T, KT, BV, true, false>(p, states, reverse, stream);
+    else
+        outputs ? launch<T, KT, BV, false, true>(p, states, reverse, stream)
+                : launch<T, KT, BV, false, false>(p, states, reverse, stream);
+}
+
 template <typename T, int KT>
 void launch_keys(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
     // narrower value tiles when wide ones would leave streaming multiprocessors idle and
@@ -345,15 +357,11 @@ void launch_keys(const GatedLinearProblem& p, void* states, bool reverse, cudaSt
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
     check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                "cudaDeviceGetAttribute");
-    const bool per_key = p.gate == Gate::per_key;
-    const int resident = sms * (per_key ? kBlocksPerSm<true> : kBlocksPerSm<false>);
-    const bool narrow = p.seqs.n * p.heads * ((p.dv + 31) / 32) <= resident;
-    if (narrow)
-        per_key ? launch<T, KT, 32, true>(p, states, reverse, stream)
-                : launch<T, KT, 32, false>(p, states, reverse, stream);
+    const int resident = sms * blocks_per_sm(p.gate == Gate::per_key, p.o.data != nullptr);
+    if (p.seqs.n * p.heads * ((p.dv + 31) / 32) <= resident)
+        launch_tile<T, KT, 32>(p, states, reverse, stream);
     else
-        per_key ? launch<T, KT, 64, true>(p, states, reverse, stream)
-                : launch<T, KT, 64, false>(p, states, reverse, stream);
+        launch_tile<T, KT, 64>(p, states, reverse, stream);
 }
 
 template <typename T>
