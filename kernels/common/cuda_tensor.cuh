@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "common/cuda_tensor.h"
 
@@ -46,40 +47,42 @@ __device__ __forceinline__ void store(void* p, DType d, int64_t i, float x) {
     }
 }
 
+/// x rounded to E.
+template <typename E>
+__device__ __forceinline__ E narrow(float x) {
+    if constexpr (std::is_same_v<E, __half>)
+        return __float2half_rn(x);
+    else if constexpr (std::is_same_v<E, __nv_bfloat16>)
+        return __float2bfloat16_rn(x);
+    else
+        return x;
+}
+
+template <typename E>
+__device__ __forceinline__ void store_pair_as(void* p, int64_t i, float x0, float x1, bool both) {
+    // two adjacent elements, stored at once when they are aligned as one
+    struct alignas(2 * sizeof(E)) Two {
+        E a, b;
+    };
+    E* y = static_cast<E*>(p) + i;
+    if (both && reinterpret_cast<uintptr_t>(y) % sizeof(Two) == 0) {
+        *reinterpret_cast<Two*>(y) = Two{narrow<E>(x0), narrow<E>(x1)};
+        return;
+    }
+    y[0] = narrow<E>(x0);
+    if (both) y[1] = narrow<E>(x1);
+}
+
 /// Elements i and, when `both`, i + 1: one store where they share an aligned word.
 __device__ __forceinline__ void store_pair(void* p, DType d, int64_t i, float x0, float x1,
                                            bool both) {
     switch (d) {
-        case DType::f32: {
-            float* y = static_cast<float*>(p) + i;
-            if (both && reinterpret_cast<uintptr_t>(y) % 8 == 0) {
-                *reinterpret_cast<float2*>(y) = make_float2(x0, x1);
-                return;
-            }
-            y[0] = x0;
-            if (both) y[1] = x1;
-            return;
-        }
-        case DType::f16: {
-            __half* y = static_cast<__half*>(p) + i;
-            if (both && reinterpret_cast<uintptr_t>(y) % 4 == 0) {
-                *reinterpret_cast<__half2*>(y) = __floats2half2_rn(x0, x1);
-                return;
-            }
-            y[0] = __float2half_rn(x0);
-            if (both) y[1] = __float2half_rn(x1);
-            return;
-        }
-        default: {
-            __nv_bfloat16* y = static_cast<__nv_bfloat16*>(p) + i;
-            if (both && reinterpret_cast<uintptr_t>(y) % 4 == 0) {
-                *reinterpret_cast<__nv_bfloat162*>(y) = __floats2bfloat162_rn(x0, x1);
-                return;
-            }
-            y[0] = __float2bfloat16_rn(x0);
-            if (both) y[1] = __float2bfloat16_rn(x1);
-            return;
-        }
+        case DType::f32:
+            return store_pair_as<float>(p, i, x0, x1, both);
+        case DType::f16:
+            return store_pair_as<__half>(p, i, x0, x1, both);
+        default:
+            return store_pair_as<__nv_bfloat16>(p, i, x0, x1, both);
     }
 }
 
