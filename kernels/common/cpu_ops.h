@@ -67,6 +67,15 @@ class ChunkStateStore {
         (head < 0 ? row : row[head]).copy_(h);
     }
 
+    /// Stores h [n·heads, K, V], the states entering n consecutive chunks of `s`, chunk after
+    /// chunk, from the one that starts at row c0.
+    void store_chunks(const Sequence& s, int64_t c0, const at::Tensor& h) const {
+        if (!h_.defined()) return;
+        const int64_t n = h.size(0) / h_.size(1);
+        const at::Tensor rows = h_.narrow(0, index_.first[s.index] + (c0 - s.begin) / chunk_, n);
+        rows.copy_(h.view(rows.sizes()));
+    }
+
     const at::Tensor& h() const { return h_; }
 
   private:

@@ -114,78 +114,156 @@ at::Tensor check_cotangents(const Problem& p, const SimpleGlaArgs& a, const at::
     return to_head_last(d_o, a.layout);
 }
 
-// ---- tensor helpers ----
+// ---- chunk variant ----
 
-/// Rows [c0, c1) of batch row b of a head_last tensor, heads first, in fp32.
-at::Tensor load_rows(const at::Tensor& x_hl, int64_t b, int64_t c0, int64_t c1) {
-    // [L, H, D] -> [H, L, D]
-    return widen(x_hl[b].slice(0, c0, c1).transpose(0, 1));
+// Chunks are handled a run at a time: consecutive chunks of one sequence that have the same
+// length, batched over chunks and heads as [n·H, L, D]. Only the chunk-to-chunk state
+// recurrence loops over chunks; every other op takes the whole run. That keeps the number of
+// ATen calls per chunk (and a tracer's work) small without changing any result: each product
+// is still one [L, D] matrix per (chunk, head), and every elementwise op the same op on the
+// same values.
+
+/// Consecutive chunks of one sequence, all of L rows, from row `begin`.
+struct ChunkRun {
+    int64_t begin = 0;
+    int64_t n = 0;  // chunks
+    int64_t L = 0;  // rows each
+    int64_t end() const { return begin + n * L; }
+};
+
+// A run holds about ten tensors of [n·H, L, max(K, V, L)] fp32 at once. Runs are cut so that
+// one of these stays near kRunBytes: that saves most of the per-chunk ATen calls while the
+// run's working set stays small enough for the allocator to serve run after run from the
+// same memory. Larger runs have glibc hand their memory back to the system between runs and
+// page-fault it in again: at 1 MiB, B=2 T=1024 H=4 K=V=64 took up to 4000 page faults a
+// forward and backward, against a few hundred at 256 KiB.
+constexpr int64_t kRunBytes = 256 << 10;
+
+/// The chunks of a sequence as runs: its full chunks in runs of equal length, then the
+/// shorter last chunk, if any, alone.
+std::vector<ChunkRun> chunk_runs(const Problem& p, const Sequence& s) {
+    const int64_t C = p.chunk, full = s.length() / C;
+    const int64_t chunk_bytes = p.H * C * std::max({p.K, p.V, C}) * sizeof(float);
+    const int64_t per_run = std::max<int64_t>(1, kRunBytes / chunk_bytes);
+    std::vector<ChunkRun> runs;
+    for (int64_t c = 0; c < full; c += per_run)
+        runs.push_back({s.begin + c * C, std::min(per_run, full - c), C});
+    if (s.length() % C != 0) runs.push_back({s.begin + full * C, 1, s.length() % C});
+    return runs;
 }
 
-/// Writes heads-first fp32 rows into a head_last view, rounding once to its dtype.
-void store_rows(const at::Tensor& dst_hl, int64_t b, int64_t c0, int64_t c1, const at::Tensor& x) {
-    dst_hl[b].slice(0, c0, c1).copy_(x.transpose(0, 1));
+/// The rows of `run` in batch row b of a head_last tensor [B, T, H, ...] as a view
+/// [n, H, L, ...], chunks then heads first. One as_strided call, where indexing, slicing,
+/// splitting and transposing would take four views.
+at::Tensor run_view(const at::Tensor& x_hl, int64_t b, const ChunkRun& run) {
+    std::vector<int64_t> sizes = {run.n, x_hl.size(2), run.L};
+    std::vector<int64_t> strides = {run.L * x_hl.stride(1), x_hl.stride(2), x_hl.stride(1)};
+    for (int64_t d = 3; d < x_hl.dim(); ++d) {
+        sizes.push_back(x_hl.size(d));
+        strides.push_back(x_hl.stride(d));
+    }
+    return x_hl.as_strided(sizes, strides,
+                           x_hl.storage_offset() + b * x_hl.stride(0) + run.begin * x_hl.stride(1));
 }
+
+/// The rows of `run` in a head_last tensor [B, T, H, D], widened to fp32: [n·H, L, D].
+at::Tensor load_run(const at::Tensor& x_hl, int64_t b, const ChunkRun& run) {
+    return widen(run_view(x_hl, b, run)).view({run.n * x_hl.size(2), run.L, x_hl.size(3)});
+}
+
+/// Writes x [n·H, L, ...] into the rows of `run` in a head_last tensor, rounding once to its
+/// dtype.
+void store_run(const at::Tensor& dst_hl, int64_t b, const ChunkRun& run, const at::Tensor& x) {
+    const at::Tensor dst = run_view(dst_hl, b, run);
+    dst.copy_(x.view(dst.sizes()));
+}
+
+/// Block c of H rows (the heads of chunk c) of x [n·H, ...]. One as_strided call, where a
+/// slice is two.
+at::Tensor chunk_block(const at::Tensor& x, int64_t c, int64_t H) {
+    std::vector<int64_t> sizes = x.sizes().vec();
+    sizes[0] = H;
+    return x.as_strided(sizes, x.strides(), x.storage_offset() + c * H * x.stride(0));
+}
+
+/// The score scale as a 0-dim fp32 tensor: multiplying by it is one ATen call, by a Scalar
+/// four more (its conversion to a tensor), and the products are the same.
+at::Tensor scale_tensor(const Problem& p) { return at::scalar_tensor(p.scale, at::kFloat); }
 
 /// The state a sequence starts from, in fp32: h0 widened from whatever dtype it has, or zeros.
 at::Tensor start_state(const Problem& p, int64_t n) {
     return p.h0.defined() ? widen(p.h0[n]) : at::zeros({p.H, p.K, p.V}, at::kFloat);  // [H, K, V]
 }
 
-// ---- chunk variant ----
-
-/// The decay factors of one chunk, all from the fp32 chunk-local cumsum G.
+/// The decay factors of each chunk of a run, all from the fp32 chunk-local cumsum G.
 struct ChunkGates {
-    at::Tensor G;       // [H, L] inclusive cumsum of g within the chunk
-    at::Tensor decay;   // [H, L] exp(G_i)
-    at::Tensor to_end;  // [H, L] exp(G_last − G_i)
-    at::Tensor last;    // [H, 1, 1] exp(G_last)
-    at::Tensor intra;   // [H, L, L] exp(G_i − G_j) for j ≤ i, else 0
+    at::Tensor G;       // [n·H, L] inclusive cumsum of g within the chunk
+    at::Tensor decay;   // [n·H, L] exp(G_i)
+    at::Tensor to_end;  // [n·H, L] exp(G_last − G_i)
+    at::Tensor last;    // [n·H, 1, 1] exp(G_last)
 };
 
-ChunkGates chunk_gates(const Problem& p, int64_t b, int64_t c0, int64_t c1) {
-    const int64_t L = c1 - c0;
+ChunkGates chunk_gates(const Problem& p, int64_t b, const ChunkRun& run) {
+    const int64_t rows = run.n * p.H, L = run.L;
     ChunkGates gates;
-    gates.G = at::zeros({p.H, L}, at::kFloat);
+    gates.G = at::zeros({rows, L}, at::kFloat);
     float* G = gates.G.data_ptr<float>();
     if (p.g.defined()) {
-        const at::Tensor g = widen(p.g[b].slice(0, c0, c1).t());  // [H, L]
+        const at::Tensor g = widen(run_view(p.g, b, run));  // [n, H, L]
         const float* gp = g.data_ptr<float>();
         // a running fp32 sum: at::cumsum accumulates fp32 in double on the CPU
-        for (int64_t h = 0; h < p.H; ++h) {
+        for (int64_t r = 0; r < rows; ++r) {
             float acc = 0.0f;
-            for (int64_t i = 0; i < L; ++i) G[h * L + i] = acc += gp[h * L + i];
+            for (int64_t i = 0; i < L; ++i) G[r * L + i] = acc += gp[r * L + i];
         }
     } else if (p.g_gamma.defined()) {
         const float* gamma = p.g_gamma.data_ptr<float>();
-        for (int64_t h = 0; h < p.H; ++h)
-            for (int64_t i = 0; i < L; ++i) G[h * L + i] = gamma[h] * static_cast<float>(i + 1);
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < L; ++i)
+                G[r * L + i] = gamma[r % p.H] * static_cast<float>(i + 1);
     }
-    const at::Tensor G_last = gates.G.narrow(1, L - 1, 1);  // [H, 1]
+    const at::Tensor G_last = gates.G.narrow(1, L - 1, 1);  // [n·H, 1]
     gates.decay = gates.G.exp();
     gates.to_end = (G_last - gates.G).exp();
-    gates.last = G_last.exp().view({p.H, 1, 1});
-    // mask before exp: above the diagonal G_i − G_j > 0 can overflow, and inf·0 is NaN
-    const at::Tensor above = at::ones({L, L}, at::kBool).triu(1);
-    gates.intra = (gates.G.unsqueeze(2) - gates.G.unsqueeze(1))
-                      .masked_fill_(above, -std::numeric_limits<float>::infinity())
-                      .exp_();
+    gates.last = G_last.exp().view({rows, 1, 1});
     return gates;
 }
 
-/// One chunk of the state recurrence: S ← exp(G_last)·S + kᵀ·round_in(v ⊙ exp(G_last − G)).
-at::Tensor advance(const at::Tensor& S, const at::Tensor& k, const at::Tensor& v,
-                   const ChunkGates& gates, c10::ScalarType in) {
-    // FLA's chunk_fwd_h rounds the decayed v to the input dtype before the matmul
-    const at::Tensor v_decayed = round_to(v * gates.to_end.unsqueeze(2), in);  // [H, L, V]
-    return at::baddbmm(S * gates.last, k.transpose(1, 2), v_decayed);          // [H, K, V]
+/// exp(G_i − G_j) for j ≤ i, else 0: [n·H, L, L].
+at::Tensor intra_decay(const ChunkGates& gates) {
+    const int64_t L = gates.G.size(1);
+    // mask before exp: above the diagonal G_i − G_j > 0 can overflow, and inf·0 is NaN
+    const at::Tensor above = at::ones({L, L}, at::kBool).triu(1);
+    return (gates.G.unsqueeze(2) - gates.G.unsqueeze(1))
+        .masked_fill_(above, -std::numeric_limits<float>::infinity())
+        .exp_();
 }
 
-/// Every chunk of a sequence as [begin, end) row ranges.
-std::vector<std::pair<int64_t, int64_t>> chunks_of(const Sequence& s, int64_t C) {
-    std::vector<std::pair<int64_t, int64_t>> out;
-    for (int64_t c0 = s.begin; c0 < s.end; c0 += C) out.emplace_back(c0, std::min(c0 + C, s.end));
-    return out;
+/// The state recurrence across the chunks of a run, X ← exp(G_last)·X + aᵀb with chunk c's
+/// rows of a [n·H, L, K] and b [n·H, L, V], from X0 [H, K, V]. Returns the n + 1 states as
+/// [(n + 1)·H, K, V]: in chunk order block c enters chunk c and block n leaves the last;
+/// `reverse` walks from the last chunk, block n being X0 and block c the result of chunk c.
+at::Tensor scan_chunks(const at::Tensor& X0, const at::Tensor& a, const at::Tensor& b,
+                       const ChunkGates& gates, int64_t n, bool reverse) {
+    const int64_t H = X0.size(0);
+    at::Tensor X = at::empty({(n + 1) * H, X0.size(1), X0.size(2)}, at::kFloat);
+    at::Tensor from = chunk_block(X, reverse ? n : 0, H);
+    from.copy_(X0);
+    const at::Tensor a_t = a.transpose(1, 2);  // [n·H, K, L]
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t c = reverse ? n - 1 - i : i;
+        at::Tensor to = chunk_block(X, reverse ? c : c + 1, H);
+        at::baddbmm_out(to, from * chunk_block(gates.last, c, H), chunk_block(a_t, c, H),
+                        chunk_block(b, c, H));
+        from = to;
+    }
+    return X;
+}
+
+/// The decayed v of the state update, rounded to the input dtype: FLA's chunk_fwd_h rounds
+/// v ⊙ exp(G_last − G) before the matmul.
+at::Tensor decayed_v(const at::Tensor& v, const ChunkGates& gates, c10::ScalarType in) {
+    return round_to(v * gates.to_end.unsqueeze(2), in);  // [n·H, L, V]
 }
 
 }  // namespace
@@ -198,24 +276,28 @@ SimpleGlaFwd simple_gla_chunk_fwd_cpu(const SimpleGlaArgs& args) {
     const at::Tensor o_hl = to_head_last(out.o, args.layout);  // [B, T, H, V]
     const cpu::ChunkStateStore kept(args.keep_chunk_states, p.seqs, p.chunk, {p.H, p.K, p.V},
                                     p.state);
+    const at::Tensor scale = scale_tensor(p);
     for (const Sequence& s : p.seqs) {
         // the carried state stays fp32; only its stored copies are rounded
         at::Tensor S = start_state(p, s.index);  // [H, K, V]
-        for (const auto& [c0, c1] : chunks_of(s, p.chunk)) {
-            const at::Tensor q = load_rows(p.q, s.batch, c0, c1);  // [H, L, K]
-            const at::Tensor k = load_rows(p.k, s.batch, c0, c1);  // [H, L, K]
-            const at::Tensor v = load_rows(p.v, s.batch, c0, c1);  // [H, L, V]
-            const ChunkGates gates = chunk_gates(p, s.batch, c0, c1);
-            // the stored chunk state (FLA's h) is what the output pass reads
-            const at::Tensor h = round_to(S, p.state);  // [H, K, V]
-            kept.store(s, c0, h);
-            at::Tensor o = at::bmm(q, h) * gates.decay.unsqueeze(2);  // [H, L, V]
+        for (const ChunkRun& run : chunk_runs(p, s)) {
+            const int64_t rows = run.n * p.H;
+            const at::Tensor q = load_run(p.q, s.batch, run);  // [n·H, L, K]
+            const at::Tensor k = load_run(p.k, s.batch, run);  // [n·H, L, K]
+            const at::Tensor v = load_run(p.v, s.batch, run);  // [n·H, L, V]
+            const ChunkGates gates = chunk_gates(p, s.batch, run);
+            const at::Tensor states =
+                scan_chunks(S, k, decayed_v(v, gates, p.in), gates, run.n, false);
+            S = states.slice(0, rows);  // [H, K, V]
+            // the stored chunk states (FLA's h) are what the output pass reads
+            const at::Tensor h = round_to(states.slice(0, 0, rows), p.state);  // [n·H, K, V]
+            kept.store_chunks(s, run.begin, h);
+            at::Tensor o = at::bmm(q, h).mul_(gates.decay.unsqueeze(2));  // [n·H, L, V]
             // FLA's chunk_fwd_o casts the masked, decayed scores to v's dtype before A·v
             const at::Tensor A =
-                round_to(at::bmm(q, k.transpose(1, 2)) * gates.intra, p.in);  // [H, L, L]
-            o.baddbmm_(A, v).mul_(p.scale);
-            store_rows(o_hl, s.batch, c0, c1, o);
-            S = advance(S, k, v, gates, p.in);
+                round_to(at::bmm(q, k.transpose(1, 2)).mul_(intra_decay(gates)), p.in);
+            o.baddbmm_(A, v).mul_(scale);
+            store_run(o_hl, s.batch, run, o);
         }
         out.ht[s.index].copy_(S);
     }
@@ -238,74 +320,93 @@ SimpleGlaGrads simple_gla_chunk_bwd_cpu(const SimpleGlaArgs& args, const at::Ten
     const at::Tensor dv_hl = to_head_last(grads.dv, args.layout);  // [B, T, H, V]
     const at::Tensor dg_hl =
         p.g.defined() ? to_head_last(grads.dg, args.layout) : at::Tensor();  // [B, T, H]
+    const at::Tensor scale = scale_tensor(p);
 
     for (const Sequence& s : p.seqs) {
-        const auto chunks = chunks_of(s, p.chunk);
+        const std::vector<ChunkRun> runs = chunk_runs(p, s);
         // reverse pass: dS = ∂L/∂(state at the end of chunk c), carried in fp32 and stored
         // per chunk in the state dtype; it needs only q, d_o and the gates
-        std::vector<at::Tensor> dh(chunks.size());
+        std::vector<at::Tensor> dh(runs.size());                 // per run [n·H, K, V]
         at::Tensor dS = at::zeros({p.H, p.K, p.V}, at::kFloat);  // [H, K, V]
         if (dht.defined()) dS = widen(dht[s.index]);
-        for (size_t c = chunks.size(); c-- > 0;) {
-            const auto [c0, c1] = chunks[c];
-            dh[c] = dS.to(p.state);
-            const at::Tensor q = load_rows(p.q, s.batch, c0, c1);        // [H, L, K]
-            const at::Tensor d_out = load_rows(do_hl, s.batch, c0, c1);  // [H, L, V]
-            const ChunkGates gates = chunk_gates(p, s.batch, c0, c1);
-            const at::Tensor q_decayed = q * (gates.decay * p.scale).unsqueeze(2);  // [H, L, K]
-            dS = at::baddbmm(dS * gates.last, q_decayed.transpose(1, 2), d_out);
+        for (size_t r = runs.size(); r-- > 0;) {
+            const at::Tensor q = load_run(p.q, s.batch, runs[r]);        // [n·H, L, K]
+            const at::Tensor d_out = load_run(do_hl, s.batch, runs[r]);  // [n·H, L, V]
+            const ChunkGates gates = chunk_gates(p, s.batch, runs[r]);
+            const at::Tensor q_decayed = q * (gates.decay * scale).unsqueeze(2);  // [n·H, L, K]
+            const at::Tensor dstates = scan_chunks(dS, q_decayed, d_out, gates, runs[r].n, true);
+            dh[r] = dstates.slice(0, p.H).to(p.state);
+            dS = dstates.slice(0, 0, p.H);
         }
         if (p.h0.defined()) grads.dh0[s.index].copy_(dS);
 
-        // forward pass: recompute the stored chunk states and take each chunk's gradients
+        // forward pass: recompute the stored chunk states and take each run's gradients
         at::Tensor S = start_state(p, s.index);  // [H, K, V]
-        for (size_t c = 0; c < chunks.size(); ++c) {
-            const auto [c0, c1] = chunks[c];
-            const int64_t L = c1 - c0;
-            const at::Tensor q = load_rows(p.q, s.batch, c0, c1);        // [H, L, K]
-            const at::Tensor k = load_rows(p.k, s.batch, c0, c1);        // [H, L, K]
-            const at::Tensor v = load_rows(p.v, s.batch, c0, c1);        // [H, L, V]
-            const at::Tensor d_out = load_rows(do_hl, s.batch, c0, c1);  // [H, L, V]
-            const ChunkGates gates = chunk_gates(p, s.batch, c0, c1);
-            const at::Tensor h = round_to(S, p.state);    // [H, K, V]
-            const at::Tensor dhc = dh[c].to(at::kFloat);  // [H, K, V]
+        for (size_t r = 0; r < runs.size(); ++r) {
+            const ChunkRun& run = runs[r];
+            const int64_t rows = run.n * p.H, L = run.L;
+            const at::Tensor q = load_run(p.q, s.batch, run);        // [n·H, L, K]
+            const at::Tensor k = load_run(p.k, s.batch, run);        // [n·H, L, K]
+            const at::Tensor v = load_run(p.v, s.batch, run);        // [n·H, L, V]
+            const at::Tensor d_out = load_run(do_hl, s.batch, run);  // [n·H, L, V]
+            const ChunkGates gates = chunk_gates(p, s.batch, run);
+            const at::Tensor states =
+                scan_chunks(S, k, decayed_v(v, gates, p.in), gates, run.n, false);
+            S = states.slice(0, rows);
+            const at::Tensor h = round_to(states.slice(0, 0, rows), p.state);  // [n·H, K, V]
+            const at::Tensor dhc = dh[r].to(at::kFloat);                       // [n·H, K, V]
 
             // intra-chunk scores with decay and scale, kept in fp32; [i, j] with j ≤ i
-            const at::Tensor ds =
-                at::bmm(d_out, v.transpose(1, 2)).mul_(gates.intra).mul_(p.scale);  // [H, L, L]
-            const at::Tensor A =
-                at::bmm(q, k.transpose(1, 2)).mul_(gates.intra).mul_(p.scale);  // [H, L, L]
+            at::Tensor ds, A;  // [n·H, L, L]
+            {
+                const at::Tensor intra = intra_decay(gates);
+                ds = at::bmm(d_out, v.transpose(1, 2)).mul_(intra).mul_(scale);
+                A = at::bmm(q, k.transpose(1, 2)).mul_(intra).mul_(scale);
+            }
 
-            // inter-chunk part (through h and dh) plus intra-chunk part (through the scores)
-            const at::Tensor q_scale = (gates.decay * p.scale).unsqueeze(2);          // [H, L, 1]
-            const at::Tensor to_end = gates.to_end.unsqueeze(2);                      // [H, L, 1]
-            const at::Tensor dq_inter = at::bmm(d_out, h.transpose(1, 2)) * q_scale;  // [H, L, K]
-            const at::Tensor dk_inter = at::bmm(v, dhc.transpose(1, 2)) * to_end;     // [H, L, K]
-            const at::Tensor dv_inter = at::bmm(k, dhc) * to_end;                     // [H, L, V]
-            const at::Tensor dq = at::baddbmm(dq_inter, ds, k);                       // [H, L, K]
-            const at::Tensor dk = at::baddbmm(dk_inter, ds.transpose(1, 2), q);       // [H, L, K]
-            const at::Tensor dv = at::baddbmm(dv_inter, A.transpose(1, 2), d_out);    // [H, L, V]
-            store_rows(dq_hl, s.batch, c0, c1, dq);
-            store_rows(dk_hl, s.batch, c0, c1, dk);
-            store_rows(dv_hl, s.batch, c0, c1, dv);
+            // each gradient is its inter-chunk part (through h or dh), to which the intra-chunk
+            // part (through the scores) is added in place; ∂L/∂G_i = q_i·dq_i − k_i·dk_i, plus
+            // on the last row the carry exp(G_last)⟨h, dh⟩ + Σ_j k_j·dk_inter_j (README.md
+            // derives it), is gathered as they go
+            const bool with_dg = p.g.defined();
+            at::Tensor dG;  // [n·H, L]
+            {
+                const at::Tensor q_scale = (gates.decay * scale).unsqueeze(2);    // [n·H, L, 1]
+                at::Tensor dq = at::bmm(d_out, h.transpose(1, 2)).mul_(q_scale);  // [n·H, L, K]
+                dq.baddbmm_(ds, k);
+                store_run(dq_hl, s.batch, run, dq);
+                if (with_dg) dG = (q * dq).sum(2);
+            }
+            const at::Tensor to_end = gates.to_end.unsqueeze(2);  // [n·H, L, 1]
+            at::Tensor carry;                                     // [n·H]
+            {
+                at::Tensor dk = at::bmm(v, dhc.transpose(1, 2)).mul_(to_end);  // [n·H, L, K]
+                // the carry takes dk's inter-chunk part, before the intra-chunk part is added
+                if (with_dg) {
+                    const at::Tensor k_carry = (k * dk).sum({1, 2});
+                    const at::Tensor state_carry = gates.last.view({rows}) * (h * dhc).sum({1, 2});
+                    carry = state_carry + k_carry;
+                }
+                dk.baddbmm_(ds.transpose(1, 2), q);
+                store_run(dk_hl, s.batch, run, dk);
+                if (with_dg) dG.sub_((k * dk).sum(2));
+            }
+            {
+                at::Tensor dv = at::bmm(k, dhc).mul_(to_end);  // [n·H, L, V]
+                dv.baddbmm_(A.transpose(1, 2), d_out);
+                store_run(dv_hl, s.batch, run, dv);
+            }
 
-            if (p.g.defined()) {
-                // ∂L/∂G_i = q_i·dq_i − k_i·dk_i, plus on the last row the carry
-                // exp(G_last)⟨h, dh⟩ + Σ_j k_j·dk_inter_j (README.md derives it)
-                at::Tensor dG = (q * dq).sum(2) - (k * dk).sum(2);  // [H, L]
-                const at::Tensor state_carry =
-                    gates.last.view({p.H}) * (h * dhc).sum({1, 2});     // [H]
-                const at::Tensor k_carry = (k * dk_inter).sum({1, 2});  // [H]
-                dG.select(1, L - 1).add_(state_carry + k_carry);
+            if (with_dg) {
+                dG.select(1, L - 1).add_(carry);
                 // dg_t = Σ_{i ≥ t in the chunk} dG_i, a reverse running sum in fp32
                 float* d = dG.data_ptr<float>();
-                for (int64_t hh = 0; hh < p.H; ++hh) {
+                for (int64_t row = 0; row < rows; ++row) {
                     float acc = 0.0f;
-                    for (int64_t i = L; i-- > 0;) d[hh * L + i] = acc += d[hh * L + i];
+                    for (int64_t i = L; i-- > 0;) d[row * L + i] = acc += d[row * L + i];
                 }
-                dg_hl[s.batch].slice(0, c0, c1).copy_(dG.t());  // [L, H]
+                store_run(dg_hl, s.batch, run, dG);
             }
-            S = advance(S, k, v, gates, p.in);
         }
     }
     return grads;
