@@ -197,16 +197,17 @@ at::Tensor start_state(const Problem& p, int64_t n) {
 
 /// The decay factors of each chunk of a run, all from the fp32 chunk-local cumsum G.
 struct ChunkGates {
-    at::Tensor G;       // [n·H, L] inclusive cumsum of g within the chunk
-    at::Tensor decay;   // [n·H, L] exp(G_i)
-    at::Tensor to_end;  // [n·H, L] exp(G_last − G_i)
+    at::Tensor G;       // [n·H, L, 1] inclusive cumsum of g within the chunk
+    at::Tensor decay;   // [n·H, L, 1] exp(G_i)
+    at::Tensor to_end;  // [n·H, L, 1] exp(G_last − G_i)
     at::Tensor last;    // [n·H, 1, 1] exp(G_last)
 };
 
 ChunkGates chunk_gates(const Problem& p, int64_t b, const ChunkRun& run) {
     const int64_t rows = run.n * p.H, L = run.L;
+    const bool gated = p.g.defined() || p.g_gamma.defined();
     ChunkGates gates;
-    gates.G = at::zeros({rows, L}, at::kFloat);
+    gates.G = gated ? at::empty({rows, L, 1}, at::kFloat) : at::zeros({rows, L, 1}, at::kFloat);
     float* G = gates.G.data_ptr<float>();
     if (p.g.defined()) {
         const at::Tensor g = widen(run_view(p.g, b, run));  // [n, H, L]
@@ -222,21 +223,18 @@ ChunkGates chunk_gates(const Problem& p, int64_t b, const ChunkRun& run) {
             for (int64_t i = 0; i < L; ++i)
                 G[r * L + i] = gamma[r % p.H] * static_cast<float>(i + 1);
     }
-    const at::Tensor G_last = gates.G.narrow(1, L - 1, 1);  // [n·H, 1]
+    const at::Tensor G_last = gates.G.slice(1, L - 1);  // [n·H, 1, 1]
     gates.decay = gates.G.exp();
-    gates.to_end = (G_last - gates.G).exp();
-    gates.last = G_last.exp().view({rows, 1, 1});
+    gates.to_end = (G_last - gates.G).exp_();
+    gates.last = G_last.exp();
     return gates;
 }
 
 /// exp(G_i − G_j) for j ≤ i, else 0: [n·H, L, L].
 at::Tensor intra_decay(const ChunkGates& gates) {
-    const int64_t L = gates.G.size(1);
-    // mask before exp: above the diagonal G_i − G_j > 0 can overflow, and inf·0 is NaN
-    const at::Tensor above = at::ones({L, L}, at::kBool).triu(1);
-    return (gates.G.unsqueeze(2) - gates.G.unsqueeze(1))
-        .masked_fill_(above, -std::numeric_limits<float>::infinity())
-        .exp_();
+    // zeroed after the exp, not multiplied by a mask: above the diagonal G_i − G_j > 0 can
+    // overflow to inf, and inf·0 is NaN
+    return (gates.G - gates.G.transpose(1, 2)).exp_().tril_();
 }
 
 /// The state recurrence across the chunks of a run, X ← exp(G_last)·X + aᵀb with chunk c's
@@ -263,7 +261,7 @@ at::Tensor scan_chunks(const at::Tensor& X0, const at::Tensor& a, const at::Tens
 /// The decayed v of the state update, rounded to the input dtype: FLA's chunk_fwd_h rounds
 /// v ⊙ exp(G_last − G) before the matmul.
 at::Tensor decayed_v(const at::Tensor& v, const ChunkGates& gates, c10::ScalarType in) {
-    return round_to(v * gates.to_end.unsqueeze(2), in);  // [n·H, L, V]
+    return round_to(v * gates.to_end, in);  // [n·H, L, V]
 }
 
 }  // namespace
@@ -292,7 +290,7 @@ SimpleGlaFwd simple_gla_chunk_fwd_cpu(const SimpleGlaArgs& args) {
             // the stored chunk states (FLA's h) are what the output pass reads
             const at::Tensor h = round_to(states.slice(0, 0, rows), p.state);  // [n·H, K, V]
             kept.store_chunks(s, run.begin, h);
-            at::Tensor o = at::bmm(q, h).mul_(gates.decay.unsqueeze(2));  // [n·H, L, V]
+            at::Tensor o = at::bmm(q, h).mul_(gates.decay);  // [n·H, L, V]
             // FLA's chunk_fwd_o casts the masked, decayed scores to v's dtype before A·v
             const at::Tensor A =
                 round_to(at::bmm(q, k.transpose(1, 2)).mul_(intra_decay(gates)), p.in);
@@ -326,14 +324,16 @@ SimpleGlaGrads simple_gla_chunk_bwd_cpu(const SimpleGlaArgs& args, const at::Ten
         const std::vector<ChunkRun> runs = chunk_runs(p, s);
         // reverse pass: dS = ∂L/∂(state at the end of chunk c), carried in fp32 and stored
         // per chunk in the state dtype; it needs only q, d_o and the gates
-        std::vector<at::Tensor> dh(runs.size());                 // per run [n·H, K, V]
+        std::vector<at::Tensor> dh(runs.size());  // per run [n·H, K, V]
+        // each run's gates, kept for the forward pass (a few [n·H, L] tensors)
+        std::vector<ChunkGates> run_gates(runs.size());
         at::Tensor dS = at::zeros({p.H, p.K, p.V}, at::kFloat);  // [H, K, V]
         if (dht.defined()) dS = widen(dht[s.index]);
         for (size_t r = runs.size(); r-- > 0;) {
             const at::Tensor q = load_run(p.q, s.batch, runs[r]);        // [n·H, L, K]
             const at::Tensor d_out = load_run(do_hl, s.batch, runs[r]);  // [n·H, L, V]
-            const ChunkGates gates = chunk_gates(p, s.batch, runs[r]);
-            const at::Tensor q_decayed = q * (gates.decay * scale).unsqueeze(2);  // [n·H, L, K]
+            const ChunkGates& gates = run_gates[r] = chunk_gates(p, s.batch, runs[r]);
+            const at::Tensor q_decayed = q * (gates.decay * scale);  // [n·H, L, K]
             const at::Tensor dstates = scan_chunks(dS, q_decayed, d_out, gates, runs[r].n, true);
             dh[r] = dstates.slice(0, p.H).to(p.state);
             dS = dstates.slice(0, 0, p.H);
@@ -349,7 +349,7 @@ SimpleGlaGrads simple_gla_chunk_bwd_cpu(const SimpleGlaArgs& args, const at::Ten
             const at::Tensor k = load_run(p.k, s.batch, run);        // [n·H, L, K]
             const at::Tensor v = load_run(p.v, s.batch, run);        // [n·H, L, V]
             const at::Tensor d_out = load_run(do_hl, s.batch, run);  // [n·H, L, V]
-            const ChunkGates gates = chunk_gates(p, s.batch, run);
+            const ChunkGates& gates = run_gates[r];
             const at::Tensor states =
                 scan_chunks(S, k, decayed_v(v, gates, p.in), gates, run.n, false);
             S = states.slice(0, rows);
@@ -371,16 +371,15 @@ SimpleGlaGrads simple_gla_chunk_bwd_cpu(const SimpleGlaArgs& args, const at::Ten
             const bool with_dg = p.g.defined();
             at::Tensor dG;  // [n·H, L]
             {
-                const at::Tensor q_scale = (gates.decay * scale).unsqueeze(2);    // [n·H, L, 1]
+                const at::Tensor q_scale = gates.decay * scale;                   // [n·H, L, 1]
                 at::Tensor dq = at::bmm(d_out, h.transpose(1, 2)).mul_(q_scale);  // [n·H, L, K]
                 dq.baddbmm_(ds, k);
                 store_run(dq_hl, s.batch, run, dq);
                 if (with_dg) dG = (q * dq).sum(2);
             }
-            const at::Tensor to_end = gates.to_end.unsqueeze(2);  // [n·H, L, 1]
-            at::Tensor carry;                                     // [n·H]
+            at::Tensor carry;  // [n·H]
             {
-                at::Tensor dk = at::bmm(v, dhc.transpose(1, 2)).mul_(to_end);  // [n·H, L, K]
+                at::Tensor dk = at::bmm(v, dhc.transpose(1, 2)).mul_(gates.to_end);  // [n·H, L, K]
                 // the carry takes dk's inter-chunk part, before the intra-chunk part is added
                 if (with_dg) {
                     const at::Tensor k_carry = (k * dk).sum({1, 2});
@@ -392,7 +391,7 @@ SimpleGlaGrads simple_gla_chunk_bwd_cpu(const SimpleGlaArgs& args, const at::Ten
                 if (with_dg) dG.sub_((k * dk).sum(2));
             }
             {
-                at::Tensor dv = at::bmm(k, dhc).mul_(to_end);  // [n·H, L, V]
+                at::Tensor dv = at::bmm(k, dhc).mul_(gates.to_end);  // [n·H, L, V]
                 dv.baddbmm_(A.transpose(1, 2), d_out);
                 store_run(dv_hl, s.batch, run, dv);
             }
