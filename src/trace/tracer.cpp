@@ -27,8 +27,9 @@ constexpr size_t kFirstPrune = 256;
 // ops reserved for at first; a trace grows past it as it must
 constexpr size_t kReserveOps = 16384;
 
-// slots of the op-name cache (a power of two)
+// slots of the op-name and shape caches (powers of two)
 constexpr size_t kNameCache = 256;
+constexpr size_t kShapeCache = 256;
 
 // Fibonacci hashing of a pointer; the low 4 bits of heap addresses carry nothing
 size_t slot_hash(const void* p) {
@@ -85,11 +86,10 @@ std::string describe(const TensorInfo& info) {
 
 // ---- Trace ----
 
-Trace::Trace() : name_cache_(kNameCache) {
+Trace::Trace() : shape_begin_{0}, shape_cache_(kShapeCache), name_cache_(kNameCache) {
     // reserved in large blocks, apart from the small blocks of the traced code's heap
     raw_ops_.reserve(kReserveOps);
     tensors_.reserve(3 * kReserveOps);
-    dims_.reserve(12 * kReserveOps);
 }
 Trace::~Trace() = default;
 Trace::Trace(Trace&&) noexcept = default;
@@ -114,8 +114,8 @@ TensorInfo Trace::materialize(const RawTensor& raw) const {
         info.role = labels_[raw.label].role;
     }
     info.dtype = raw.dtype;
-    info.shape.assign(dims_.begin() + raw.dims_begin,
-                      dims_.begin() + raw.dims_begin + raw.dims_count);
+    info.shape.assign(dims_.begin() + shape_begin_[raw.shape],
+                      dims_.begin() + shape_begin_[raw.shape + 1]);
     info.device = raw.device;
     info.producer = raw.producer;
     info.producer_output = raw.producer_output;
@@ -303,17 +303,32 @@ uint32_t Trace::intern_name(const char* name) {
     return id;
 }
 
+uint32_t Trace::intern_shape(c10::IntArrayRef sizes) {
+    // a trace holds few distinct shapes: keeping each once, rather than every tensor's sizes,
+    // keeps the trace small, and its memory is new pages the traced code waits on (page faults)
+    uint64_t hash = sizes.size();
+    for (const int64_t d : sizes) hash = (hash ^ static_cast<uint64_t>(d)) * 0x9E3779B97F4A7C15ull;
+    ShapeSlot& cached = shape_cache_[(hash >> 40) & (kShapeCache - 1)];
+    if (cached.used && cached.hash == hash) {
+        const auto begin = dims_.begin() + shape_begin_[cached.id];
+        const auto end = dims_.begin() + shape_begin_[cached.id + 1];
+        if (std::equal(begin, end, sizes.begin(), sizes.end())) return cached.id;
+    }
+    // a new shape, or one whose slot another has taken since: kept (again)
+    const auto id = static_cast<uint32_t>(shape_begin_.size() - 1);
+    dims_.insert(dims_.end(), sizes.begin(), sizes.end());
+    shape_begin_.push_back(static_cast<uint32_t>(dims_.size()));
+    cached = {hash, id, true};
+    return id;
+}
+
 void Trace::record_tensor(RawTensor& raw, const at::Tensor& t) {
     const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     raw.dtype = t.scalar_type();
     raw.device = t.device();
-    raw.dims_begin = static_cast<uint32_t>(dims_.size());
     // nested and symbolic-shape tensors throw on sizes(); they keep an empty shape
-    if (!impl->is_nested() && !impl->has_symbolic_sizes_strides()) {
-        const auto sizes = impl->sizes();
-        dims_.insert(dims_.end(), sizes.begin(), sizes.end());
-        raw.dims_count = static_cast<uint8_t>(sizes.size());
-    }
+    const bool sized = !impl->is_nested() && !impl->has_symbolic_sizes_strides();
+    raw.shape = intern_shape(sized ? impl->sizes() : c10::IntArrayRef());
 }
 
 void Trace::on_start(const at::RecordFunction& fn) {

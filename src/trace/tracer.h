@@ -71,7 +71,8 @@ struct OpRecord {
 ///
 /// While recording, ops are kept in flat arrays (no allocation per op, which would scatter
 /// long-lived small blocks between the tensors' buffers and slow the traced code through
-/// page faults); ops() builds the OpRecords from them on first use. Not thread-safe.
+/// page faults), and each distinct shape once; ops() builds the OpRecords from them on first
+/// use. Not thread-safe.
 class Trace {
   public:
     Trace();
@@ -112,12 +113,11 @@ class Trace {
     // one tensor use, as recorded
     struct RawTensor {
         int64_t producer = -1;
-        uint32_t dims_begin = 0;  // into dims_
-        int32_t label = -1;       // into labels_
+        uint32_t shape = 0;  // into shape_begin_
+        int32_t label = -1;  // into labels_
         int32_t producer_output = 0;
         int32_t inplace_of = -1;
         int32_t view_of = -1;
-        uint8_t dims_count = 0;
         c10::ScalarType dtype = c10::ScalarType::Undefined;
         c10::Device device{c10::kCPU};
     };
@@ -181,6 +181,12 @@ class Trace {
         const char* name = nullptr;
         uint32_t id = 0;
     };
+    // a direct-mapped cache from hashes of sizes to shape ids
+    struct ShapeSlot {
+        uint64_t hash = 0;
+        uint32_t id = 0;
+        bool used = false;
+    };
     struct Open {
         int64_t seq;
         std::vector<const c10::TensorImpl*> impls;  // the op's tensor inputs, in order
@@ -191,12 +197,16 @@ class Trace {
     void on_end(const at::RecordFunction& fn);
     void record_tensor(RawTensor& raw, const at::Tensor& t);
     uint32_t intern_name(const char* name);
+    uint32_t intern_shape(c10::IntArrayRef sizes);
     TensorInfo materialize(const RawTensor& raw) const;
     OpRecord materialize(int64_t seq) const;
 
     std::vector<RawOp> raw_ops_;
     std::vector<RawTensor> tensors_;
+    // shape s is dims_[shape_begin_[s], shape_begin_[s + 1])
     std::vector<int64_t> dims_;
+    std::vector<uint32_t> shape_begin_;
+    std::vector<ShapeSlot> shape_cache_;
     std::vector<std::string> names_;
     std::vector<NameSlot> name_cache_;
     std::vector<Label> labels_;

@@ -253,6 +253,35 @@ TEST(Tracer, ProducersSurviveTensorsDyingInAnyOrder) {
     }
 }
 
+TEST(Tracer, ShapesStayExactAcrossManyDistinctShapes) {
+    // each distinct shape is kept once, found again through a small cache: far more shapes
+    // than its slots, revisited in random order, must still come back exactly
+    constexpr int kShapes = 2000;
+    std::mt19937 random(11);
+    std::vector<std::vector<int64_t>> shapes;
+    for (int i = 0; i < kShapes; ++i) {
+        std::vector<int64_t> shape(1 + random() % 4);
+        for (int64_t& d : shape) d = 1 + random() % 9;
+        shapes.push_back(shape);
+    }
+    TraceScope scope;
+    std::vector<std::vector<int64_t>> made;
+    for (int i = 0; i < 3 * kShapes; ++i) {
+        made.push_back(shapes[random() % kShapes]);
+        const at::Tensor t = at::empty(made.back());
+    }
+    made.push_back({});
+    const at::Tensor scalar = at::scalar_tensor(1.0);
+    const Trace trace = scope.stop();
+
+    const auto ops = top_level(trace);
+    ASSERT_EQ(ops.size(), made.size());
+    for (size_t i = 0; i < made.size(); ++i) {
+        ASSERT_EQ(ops[i]->outputs.size(), 1u) << ops[i]->op;
+        ASSERT_EQ(ops[i]->outputs[0].shape, made[i]) << "op " << i;
+    }
+}
+
 TEST(Tracer, NothingIsRecordedWithoutAScope) {
     EXPECT_FALSE(TraceScope::active());
     EXPECT_FALSE(at::hasThreadLocalCallbacks());
