@@ -306,19 +306,22 @@ uint32_t Trace::intern_name(const char* name) {
 uint32_t Trace::intern_shape(c10::IntArrayRef sizes) {
     // a trace holds few distinct shapes: keeping each once, rather than every tensor's sizes,
     // keeps the trace small, and its memory is new pages the traced code waits on (page faults)
-    uint64_t hash = sizes.size();
+    const size_t dims = sizes.size();
+    uint64_t hash = dims;
     for (const int64_t d : sizes) hash = (hash ^ static_cast<uint64_t>(d)) * 0x9E3779B97F4A7C15ull;
     ShapeSlot& cached = shape_cache_[(hash >> 40) & (kShapeCache - 1)];
-    if (cached.used && cached.hash == hash) {
-        const auto begin = dims_.begin() + shape_begin_[cached.id];
-        const auto end = dims_.begin() + shape_begin_[cached.id + 1];
-        if (std::equal(begin, end, sizes.begin(), sizes.end())) return cached.id;
-    }
+    if (cached.dims == static_cast<int32_t>(dims) &&
+        std::equal(sizes.begin(), sizes.end(), cached.sizes))
+        return cached.id;
     // a new shape, or one whose slot another has taken since: kept (again)
     const auto id = static_cast<uint32_t>(shape_begin_.size() - 1);
     dims_.insert(dims_.end(), sizes.begin(), sizes.end());
     shape_begin_.push_back(static_cast<uint32_t>(dims_.size()));
-    cached = {hash, id, true};
+    if (dims <= kSlotDims) {
+        cached.id = id;
+        cached.dims = static_cast<int32_t>(dims);
+        std::copy(sizes.begin(), sizes.end(), cached.sizes);
+    }
     return id;
 }
 

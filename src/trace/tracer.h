@@ -181,11 +181,13 @@ class Trace {
         const char* name = nullptr;
         uint32_t id = 0;
     };
-    // a direct-mapped cache from hashes of sizes to shape ids
+    // a direct-mapped cache of shapes of up to kSlotDims dims, sizes inline: a hit reads one
+    // cache line
+    static constexpr size_t kSlotDims = 6;
     struct ShapeSlot {
-        uint64_t hash = 0;
         uint32_t id = 0;
-        bool used = false;
+        int32_t dims = -1;  // -1: empty slot
+        int64_t sizes[kSlotDims] = {};
     };
     struct Open {
         int64_t seq;
