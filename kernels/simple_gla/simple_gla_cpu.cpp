@@ -22,7 +22,6 @@ namespace {
 constexpr const char* kFamily = "simple_gla";
 
 using cpu::poisoned;
-using cpu::round_to;
 using cpu::widen;
 
 // ---- arguments ----
@@ -186,6 +185,14 @@ at::Tensor chunk_block(const at::Tensor& x, int64_t c, int64_t H) {
     return x.as_strided(sizes, x.strides(), x.storage_offset() + c * H * x.stride(0));
 }
 
+/// x rounded to `dtype` in place and kept in fp32: cpu::round_to's values through one copy
+/// each way, three ATen calls where to() takes eight (each adds _to_copy and empty_strided).
+/// x must be a temporary of the caller's own.
+at::Tensor round_inplace(at::Tensor x, c10::ScalarType dtype) {
+    if (dtype != at::kFloat) x.copy_(at::empty(x.sizes(), dtype).copy_(x));
+    return x;
+}
+
 /// The score scale as a 0-dim fp32 tensor: multiplying by it is one ATen call, by a Scalar
 /// four more (its conversion to a tensor), and the products are the same.
 at::Tensor scale_tensor(const Problem& p) { return at::scalar_tensor(p.scale, at::kFloat); }
@@ -210,20 +217,28 @@ ChunkGates chunk_gates(const Problem& p, int64_t b, const ChunkRun& run) {
     gates.G = gated ? at::empty({rows, L, 1}, at::kFloat) : at::zeros({rows, L, 1}, at::kFloat);
     float* G = gates.G.data_ptr<float>();
     if (p.g.defined()) {
-        const at::Tensor g = widen(run_view(p.g, b, run));  // [n, H, L]
-        const float* gp = g.data_ptr<float>();
-        // a running fp32 sum: at::cumsum accumulates fp32 in double on the CPU
-        for (int64_t r = 0; r < rows; ++r) {
-            float acc = 0.0f;
-            for (int64_t i = 0; i < L; ++i) G[r * L + i] = acc += gp[r * L + i];
-        }
+        // g read in place through its strides and widened as copy_ would, rather than copied
+        // to fp32 first (three ATen calls a run)
+        AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, p.g.scalar_type(), "gates", [&] {
+            const int64_t st = p.g.stride(1), sh = p.g.stride(2);
+            const scalar_t* g = p.g.data_ptr<scalar_t>() + b * p.g.stride(0) + run.begin * st;
+            // a running fp32 sum: at::cumsum accumulates fp32 in double on the CPU
+            for (int64_t r = 0; r < rows; ++r) {
+                const scalar_t* gr = g + (r / p.H) * L * st + (r % p.H) * sh;  // chunk, head
+                float acc = 0.0f;
+                for (int64_t i = 0; i < L; ++i)
+                    G[r * L + i] = acc += static_cast<float>(gr[i * st]);
+            }
+        });
     } else if (p.g_gamma.defined()) {
         const float* gamma = p.g_gamma.data_ptr<float>();
         for (int64_t r = 0; r < rows; ++r)
             for (int64_t i = 0; i < L; ++i)
                 G[r * L + i] = gamma[r % p.H] * static_cast<float>(i + 1);
     }
-    const at::Tensor G_last = gates.G.slice(1, L - 1);  // [n·H, 1, 1]
+    // one as_strided call, where slice is two
+    const at::Tensor G_last =
+        gates.G.as_strided({rows, 1, 1}, gates.G.strides(), L - 1);  // [n·H, 1, 1]
     gates.decay = gates.G.exp();
     gates.to_end = (G_last - gates.G).exp_();
     gates.last = G_last.exp();
@@ -261,7 +276,7 @@ at::Tensor scan_chunks(const at::Tensor& X0, const at::Tensor& a, const at::Tens
 /// The decayed v of the state update, rounded to the input dtype: FLA's chunk_fwd_h rounds
 /// v ⊙ exp(G_last − G) before the matmul.
 at::Tensor decayed_v(const at::Tensor& v, const ChunkGates& gates, c10::ScalarType in) {
-    return round_to(v * gates.to_end, in);  // [n·H, L, V]
+    return round_inplace(v * gates.to_end, in);  // [n·H, L, V]
 }
 
 }  // namespace
@@ -288,12 +303,13 @@ SimpleGlaFwd simple_gla_chunk_fwd_cpu(const SimpleGlaArgs& args) {
                 scan_chunks(S, k, decayed_v(v, gates, p.in), gates, run.n, false);
             S = states.slice(0, rows);  // [H, K, V]
             // the stored chunk states (FLA's h) are what the output pass reads
-            const at::Tensor h = round_to(states.slice(0, 0, rows), p.state);  // [n·H, K, V]
+            // rounded in place: the blocks past the first n (S) are not touched
+            const at::Tensor h = round_inplace(states.slice(0, 0, rows), p.state);  // [n·H, K, V]
             kept.store_chunks(s, run.begin, h);
             at::Tensor o = at::bmm(q, h).mul_(gates.decay);  // [n·H, L, V]
             // FLA's chunk_fwd_o casts the masked, decayed scores to v's dtype before A·v
             const at::Tensor A =
-                round_to(at::bmm(q, k.transpose(1, 2)).mul_(intra_decay(gates)), p.in);
+                round_inplace(at::bmm(q, k.transpose(1, 2)).mul_(intra_decay(gates)), p.in);
             o.baddbmm_(A, v).mul_(scale);
             store_run(o_hl, s.batch, run, o);
         }
@@ -324,18 +340,19 @@ SimpleGlaGrads simple_gla_chunk_bwd_cpu(const SimpleGlaArgs& args, const at::Ten
         const std::vector<ChunkRun> runs = chunk_runs(p, s);
         // reverse pass: dS = ∂L/∂(state at the end of chunk c), carried in fp32 and stored
         // per chunk in the state dtype; it needs only q, d_o and the gates
-        std::vector<at::Tensor> dh(runs.size());  // per run [n·H, K, V]
+        std::vector<at::Tensor> dh(runs.size());  // per run [n·H, K, V], rounded, in fp32
         // each run's gates, kept for the forward pass (a few [n·H, L] tensors)
         std::vector<ChunkGates> run_gates(runs.size());
-        at::Tensor dS = at::zeros({p.H, p.K, p.V}, at::kFloat);  // [H, K, V]
-        if (dht.defined()) dS = widen(dht[s.index]);
+        at::Tensor dS = dht.defined() ? widen(dht[s.index])
+                                      : at::zeros({p.H, p.K, p.V}, at::kFloat);  // [H, K, V]
         for (size_t r = runs.size(); r-- > 0;) {
             const at::Tensor q = load_run(p.q, s.batch, runs[r]);        // [n·H, L, K]
             const at::Tensor d_out = load_run(do_hl, s.batch, runs[r]);  // [n·H, L, V]
             const ChunkGates& gates = run_gates[r] = chunk_gates(p, s.batch, runs[r]);
             const at::Tensor q_decayed = q * (gates.decay * scale);  // [n·H, L, K]
             const at::Tensor dstates = scan_chunks(dS, q_decayed, d_out, gates, runs[r].n, true);
-            dh[r] = dstates.slice(0, p.H).to(p.state);
+            // rounded in place: block 0 (dS) is not touched
+            dh[r] = round_inplace(dstates.slice(0, p.H), p.state);
             dS = dstates.slice(0, 0, p.H);
         }
         if (p.h0.defined()) grads.dh0[s.index].copy_(dS);
@@ -353,8 +370,8 @@ SimpleGlaGrads simple_gla_chunk_bwd_cpu(const SimpleGlaArgs& args, const at::Ten
             const at::Tensor states =
                 scan_chunks(S, k, decayed_v(v, gates, p.in), gates, run.n, false);
             S = states.slice(0, rows);
-            const at::Tensor h = round_to(states.slice(0, 0, rows), p.state);  // [n·H, K, V]
-            const at::Tensor dhc = dh[r].to(at::kFloat);                       // [n·H, K, V]
+            const at::Tensor h = round_inplace(states.slice(0, 0, rows), p.state);  // [n·H, K, V]
+            const at::Tensor& dhc = dh[r];                                          // [n·H, K, V]
 
             // intra-chunk scores with decay and scale, kept in fp32; [i, j] with j ≤ i
             at::Tensor ds, A;  // [n·H, L, L]
