@@ -86,10 +86,13 @@ std::string describe(const TensorInfo& info) {
 
 // ---- Trace ----
 
-Trace::Trace() : shape_begin_{0}, shape_cache_(kShapeCache), name_cache_(kNameCache) {
-    // reserved in large blocks, apart from the small blocks of the traced code's heap
+Trace::Trace() {
+    // reserving costs address space only: pages are backed as they are written
     raw_ops_.reserve(kReserveOps);
     tensors_.reserve(3 * kReserveOps);
+    shape_begin_.push_back(0);
+    shape_cache_.assign(kShapeCache, ShapeSlot{});
+    name_cache_.assign(kNameCache, NameSlot{});
 }
 Trace::~Trace() = default;
 Trace::Trace(Trace&&) noexcept = default;
@@ -97,7 +100,7 @@ Trace& Trace::operator=(Trace&&) noexcept = default;
 
 const std::vector<OpRecord>& Trace::ops() const {
     // an op still open (only while inside an op's callbacks) has no outputs yet
-    const size_t complete = open_count_ > 0 ? static_cast<size_t>(open_[0].seq) : raw_ops_.size();
+    const size_t complete = open_.empty() ? raw_ops_.size() : static_cast<size_t>(open_[0].seq);
     while (ops_.size() < complete) ops_.push_back(materialize(static_cast<int64_t>(ops_.size())));
     return ops_;
 }
@@ -128,7 +131,7 @@ OpRecord Trace::materialize(int64_t seq) const {
     const RawOp& raw = raw_ops_[seq];
     OpRecord rec;
     rec.seq = seq;
-    rec.op = names_[raw.name];
+    rec.op = name(raw.name);
     rec.depth = raw.depth;
     rec.autocast = raw.autocast;
     rec.inputs.reserve(raw.inputs_count);
@@ -181,24 +184,24 @@ Role Trace::role_of(const at::Tensor& tensor) const {
 
 Trace::ProducerMap::ProducerMap() : prune_at_(kFirstPrune) {
     // at most prune_at_ entries until the next pruning: at most half full
-    slots_.resize(2 * kFirstPrune);
+    slots_.assign(2 * kFirstPrune, Known{});
     live_.reserve(kFirstPrune);
 }
 
 Trace::ProducerMap::~ProducerMap() { release_all(); }
 
 Trace::ProducerMap::ProducerMap(ProducerMap&& other) noexcept
-    : prune_at_(other.prune_at_), young_next_(other.young_next_) {
-    slots_.swap(other.slots_);
-    std::swap(count_, other.count_);
+    : slots_(std::move(other.slots_)),
+      count_(std::exchange(other.count_, 0)),
+      prune_at_(other.prune_at_),
+      young_next_(other.young_next_) {
     std::copy(std::begin(other.young_), std::end(other.young_), std::begin(young_));
 }
 
 Trace::ProducerMap& Trace::ProducerMap::operator=(ProducerMap&& other) noexcept {
     if (this != &other) {
         release_all();
-        slots_.clear();
-        slots_.swap(other.slots_);
+        slots_ = std::move(other.slots_);
         count_ = std::exchange(other.count_, 0);
         prune_at_ = other.prune_at_;
         std::copy(std::begin(other.young_), std::end(other.young_), std::begin(young_));
@@ -295,10 +298,13 @@ uint32_t Trace::intern_name(const char* name) {
     // op names are mostly schema names that live as long as the op registry, so the pointer
     // is a good key; the content check covers names that do not
     NameSlot& cached = name_cache_[slot_hash(name) & (kNameCache - 1)];
-    if (cached.name == name && std::strcmp(names_[cached.id].c_str(), name) == 0) return cached.id;
-    const auto id =
-        static_cast<uint32_t>(std::find(names_.begin(), names_.end(), name) - names_.begin());
-    if (id == names_.size()) names_.emplace_back(name);
+    if (cached.name == name && std::strcmp(this->name(cached.id), name) == 0) return cached.id;
+    uint32_t id = 0;
+    while (id < name_begin_.size() && std::strcmp(this->name(id), name) != 0) ++id;
+    if (id == name_begin_.size()) {
+        name_begin_.push_back(static_cast<uint32_t>(name_chars_.size()));
+        name_chars_.append(name, name + std::strlen(name) + 1);
+    }
     cached = {name, id};
     return id;
 }
@@ -315,7 +321,7 @@ uint32_t Trace::intern_shape(c10::IntArrayRef sizes) {
         return cached.id;
     // a new shape, or one whose slot another has taken since: kept (again)
     const auto id = static_cast<uint32_t>(shape_begin_.size() - 1);
-    dims_.insert(dims_.end(), sizes.begin(), sizes.end());
+    dims_.append(sizes.begin(), sizes.end());
     shape_begin_.push_back(static_cast<uint32_t>(dims_.size()));
     if (dims <= kSlotDims) {
         cached.id = id;
@@ -336,17 +342,11 @@ void Trace::record_tensor(RawTensor& raw, const at::Tensor& t) {
 
 void Trace::on_start(const at::RecordFunction& fn) {
     const int64_t seq = static_cast<int64_t>(raw_ops_.size());
-    if (open_count_ == open_.size()) open_.emplace_back();
-    Open& open = open_[open_count_];
-    open.seq = seq;
-    open.impls.clear();
-    open.storages.clear();
-
     RawOp& op = raw_ops_.emplace_back();
     op.name = intern_name(fn.name());
-    op.depth = static_cast<int32_t>(open_count_);
+    op.depth = static_cast<int32_t>(open_.size());
     op.inputs_begin = static_cast<uint32_t>(tensors_.size());
-    ++open_count_;
+    open_.push_back({seq, static_cast<uint32_t>(open_inputs_.size())});
     for_each_tensor(fn.inputs(), [&](const at::Tensor& t) {
         RawTensor& raw = tensors_.emplace_back();
         record_tensor(raw, t);
@@ -357,8 +357,7 @@ void Trace::on_start(const at::RecordFunction& fn) {
             raw.producer_output = known->producer_output;
             raw.label = known->label;
         }
-        open.impls.push_back(t.unsafeGetTensorImpl());
-        open.storages.push_back(storage_of(t));
+        open_inputs_.push_back({t.unsafeGetTensorImpl(), storage_of(t)});
     });
     op.inputs_count = static_cast<uint32_t>(tensors_.size()) - op.inputs_begin;
     if (op.inputs_count > 0)
@@ -367,9 +366,12 @@ void Trace::on_start(const at::RecordFunction& fn) {
 
 void Trace::on_end(const at::RecordFunction& fn) {
     // an op that started before the scope opened has no open entry here
-    if (open_count_ == 0) return;
-    --open_count_;
-    const Open& open = open_[open_count_];
+    if (open_.empty()) return;
+    const Open open = open_.back();
+    open_.shrink_to(open_.size() - 1);
+    // this op's inputs; those of the ops it called have been dropped when they ended
+    const OpenInput* inputs = open_inputs_.data() + open.inputs_begin;
+    const size_t n_inputs = open_inputs_.size() - open.inputs_begin;
     RawOp& op = raw_ops_[open.seq];
     op.outputs_begin = static_cast<uint32_t>(tensors_.size());
     int32_t slot = 0;
@@ -377,16 +379,16 @@ void Trace::on_end(const at::RecordFunction& fn) {
         RawTensor& raw = tensors_.emplace_back();
         record_tensor(raw, t);
         const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-        for (size_t i = 0; i < open.impls.size(); ++i) {
-            if (open.impls[i] == impl) {
+        for (size_t i = 0; i < n_inputs; ++i) {
+            if (inputs[i].impl == impl) {
                 raw.inplace_of = static_cast<int32_t>(i);
                 break;
             }
         }
         const void* storage = storage_of(t);
         if (raw.inplace_of < 0 && storage != nullptr) {
-            for (size_t i = 0; i < open.storages.size(); ++i) {
-                if (open.storages[i] == storage) {
+            for (size_t i = 0; i < n_inputs; ++i) {
+                if (inputs[i].storage == storage) {
                     raw.view_of = static_cast<int32_t>(i);
                     break;
                 }
@@ -402,6 +404,7 @@ void Trace::on_end(const at::RecordFunction& fn) {
         ++slot;
     });
     op.outputs_count = static_cast<uint32_t>(slot);
+    open_inputs_.shrink_to(open.inputs_begin);
     // factory ops have no tensor input: their device is the output's
     if (op.inputs_count == 0 && op.outputs_count > 0)
         op.autocast = at::autocast::is_autocast_enabled(tensors_[op.outputs_begin].device.type());

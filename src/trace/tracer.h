@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "trace/mapped_array.h"
+
 namespace at {
 struct RecordFunction;
 struct ObserverContext;
@@ -69,10 +71,10 @@ struct OpRecord {
 
 /// The ops recorded by one TraceScope, and what is known of the tensors they touched.
 ///
-/// While recording, ops are kept in flat arrays (no allocation per op, which would scatter
-/// long-lived small blocks between the tensors' buffers and slow the traced code through
-/// page faults), and each distinct shape once; ops() builds the OpRecords from them on first
-/// use. Not thread-safe.
+/// While recording, ops are kept in flat arrays mapped apart from the malloc heap (no
+/// allocation per op, and no block of the tracer's between the traced code's buffers, which
+/// changes how glibc trims and faults back its heap), and each distinct shape once; ops()
+/// builds the OpRecords from them on first use. Not thread-safe.
 class Trace {
   public:
     Trace();
@@ -168,10 +170,10 @@ class Trace {
         void prune();
         void release_all();
 
-        std::vector<Known> slots_;  // a power of two of them; empty once moved from
+        MappedArray<Known> slots_;  // a power of two of them; empty once moved from
         size_t count_ = 0;
         size_t prune_at_;
-        std::vector<Known> live_;  // scratch space of prune()
+        MappedArray<Known> live_;  // scratch space of prune()
         // the last kYoung entries made, oldest at young_next_; null: none
         c10::TensorImpl* young_[kYoung] = {};
         size_t young_next_ = 0;
@@ -189,33 +191,40 @@ class Trace {
         int32_t dims = -1;  // -1: empty slot
         int64_t sizes[kSlotDims] = {};
     };
+    // an op started and not yet ended; its tensor inputs are open_inputs_[inputs_begin, ...)
     struct Open {
-        int64_t seq;
-        std::vector<const c10::TensorImpl*> impls;  // the op's tensor inputs, in order
-        std::vector<const void*> storages;          // their storages; null when none
+        int64_t seq = 0;
+        uint32_t inputs_begin = 0;
+    };
+    struct OpenInput {
+        const c10::TensorImpl* impl = nullptr;
+        const void* storage = nullptr;  // null when it has none
     };
 
     void on_start(const at::RecordFunction& fn);
     void on_end(const at::RecordFunction& fn);
     void record_tensor(RawTensor& raw, const at::Tensor& t);
     uint32_t intern_name(const char* name);
+    const char* name(uint32_t id) const { return name_chars_.data() + name_begin_[id]; }
     uint32_t intern_shape(c10::IntArrayRef sizes);
     TensorInfo materialize(const RawTensor& raw) const;
     OpRecord materialize(int64_t seq) const;
 
-    std::vector<RawOp> raw_ops_;
-    std::vector<RawTensor> tensors_;
+    MappedArray<RawOp> raw_ops_;
+    MappedArray<RawTensor> tensors_;
     // shape s is dims_[shape_begin_[s], shape_begin_[s + 1])
-    std::vector<int64_t> dims_;
-    std::vector<uint32_t> shape_begin_;
-    std::vector<ShapeSlot> shape_cache_;
-    std::vector<std::string> names_;
-    std::vector<NameSlot> name_cache_;
+    MappedArray<int64_t> dims_;
+    MappedArray<uint32_t> shape_begin_;
+    MappedArray<ShapeSlot> shape_cache_;
+    // name i is the NUL-terminated string at name_chars_[name_begin_[i]]
+    MappedArray<char> name_chars_;
+    MappedArray<uint32_t> name_begin_;
+    MappedArray<NameSlot> name_cache_;
+    // labels are given by the caller between ops, not per op: kept on the heap
     std::vector<Label> labels_;
-    // ops started and not yet ended are open_[0, open_count_), innermost last; the entries
-    // past the count keep their capacity for the next ops
-    std::vector<Open> open_;
-    size_t open_count_ = 0;
+    // the ops started and not yet ended, innermost last, and their inputs
+    MappedArray<Open> open_;
+    MappedArray<OpenInput> open_inputs_;
     ProducerMap known_;
     // ops() builds records from raw_ops_ as far as they are complete
     mutable std::vector<OpRecord> ops_;

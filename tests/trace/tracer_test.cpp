@@ -5,6 +5,9 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <random>
 #include <string>
@@ -73,6 +76,39 @@ TEST(Tracer, NestedOpsCarryTheirDepth) {
     EXPECT_TRUE(found);
     // the outermost op that returned the tensor is its producer
     EXPECT_EQ(trace.producer_of(y), to.seq);
+}
+
+TEST(Tracer, OutputsAreMatchedAgainstTheirOwnOpsInputs) {
+    // the ops an op calls have inputs of their own, dropped when they end: to()'s copy_ writes
+    // into the tensor to() returns, which is no input of to()'s, and baddbmm_ returns its own
+    // first input after calls on its other inputs
+    const at::Tensor x = at::rand({4, 4});
+    const at::Tensor a = at::rand({2, 4, 4}), b = at::rand({2, 4, 4});
+    at::Tensor c = at::rand({2, 4, 4});
+    TraceScope scope;
+    const at::Tensor y = x.to(at::kHalf);
+    c.baddbmm_(a, b);
+    const at::Tensor z = y + 1;
+    Trace trace = scope.stop();
+
+    int checked = 0;
+    for (const OpRecord& op : trace.ops()) {
+        ASSERT_EQ(op.outputs.size(), 1u) << op.op;
+        const TensorInfo& out = op.outputs[0];
+        if (op.op == "aten::to" || op.op == "aten::_to_copy") {
+            EXPECT_EQ(out.inplace_of, -1) << op.op;
+            EXPECT_EQ(out.view_of, -1) << op.op;
+            ++checked;
+        } else if (op.op == "aten::copy_" || op.op == "aten::baddbmm_") {
+            EXPECT_EQ(out.inplace_of, 0) << op.op;
+            ++checked;
+        }
+    }
+    EXPECT_GE(checked, 4);
+    const auto ops = top_level(trace);
+    ASSERT_EQ(ops.size(), 3u);
+    EXPECT_EQ(ops[1]->op, "aten::baddbmm_");
+    EXPECT_EQ(ops[2]->inputs.at(0).producer, ops[0]->seq);
 }
 
 TEST(Tracer, TensorListInputsContributeEachTensor) {
@@ -280,6 +316,29 @@ TEST(Tracer, ShapesStayExactAcrossManyDistinctShapes) {
         ASSERT_EQ(ops[i]->outputs.size(), 1u) << ops[i]->op;
         ASSERT_EQ(ops[i]->outputs[0].shape, made[i]) << "op " << i;
     }
+}
+
+TEST(Tracer, RecordsStayOffTheMallocHeap) {
+#if !defined(__GLIBC__)
+    GTEST_SKIP() << "mallinfo2 is glibc's";
+#else
+    // the records live in mappings of their own (MappedArray), so that tracing leaves the
+    // traced code's heap as it would be untraced: 40,000 more ops, megabytes of records, leave
+    // the malloc heap where it was
+    const auto heap_bytes = [] {
+        const struct mallinfo2 m = mallinfo2();
+        return m.uordblks + m.hblkhd;  // in use from the heap and in malloc's own mappings
+    };
+    const at::Tensor x = at::ones({4});
+    TraceScope scope;
+    // names, shapes and the producer map settle
+    for (int i = 0; i < 1000; ++i) const at::Tensor y = x * 2;
+    const size_t before = heap_bytes();
+    for (int i = 0; i < 40000; ++i) const at::Tensor y = x * 2;
+    const size_t after = heap_bytes();
+    EXPECT_GE(scope.trace().size(), 41000u);
+    EXPECT_LT(after, before + (64 << 10)) << "before " << before << " B, after " << after << " B";
+#endif
 }
 
 TEST(Tracer, NothingIsRecordedWithoutAScope) {
