@@ -156,6 +156,20 @@ __device__ __forceinline__ float rounded(float x, DType d) {
     }
 }
 
+/// Calls f(round), where round(x) is x rounded to d and widened again, with d fixed at
+/// compile time: a loop over many elements dispatches on the dtype once, not per element.
+template <typename F>
+__device__ __forceinline__ void with_rounding(DType d, F&& f) {
+    switch (d) {
+        case DType::f32:
+            return f([](float x) { return x; });
+        case DType::f16:
+            return f([](float x) { return __half2float(__float2half_rn(x)); });
+        default:
+            return f([](float x) { return __bfloat162float(__float2bfloat16_rn(x)); });
+    }
+}
+
 /// Element offset of (step t of span s, head h, channel 0) in x.
 __device__ __forceinline__ int64_t at(const Strided& x, const Span& s, int64_t t, int64_t h) {
     return s.b * x.sb + (s.bos + t) * x.st + h * x.sh;

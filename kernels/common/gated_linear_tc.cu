@@ -34,6 +34,7 @@ constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
 // per scheduler hide each other's latencies
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
+static_assert(kThreads == kTensorCoreThreads, "load_rows takes the whole block");
 
 /// Shared memory of one block. Tiles are stored as loaded, [row][column], and ldmatrix
 /// transposes the operands that need it; pitches of 8 extra elements keep its rows in
@@ -60,7 +61,7 @@ struct Tiles {
     alignas(16) T a[OR][PR];                          // masked decayed scores rounded to T
     alignas(16) T s_hi[OK][PV], s_lo[OK][PV];         // stored state entering the chunk, split
     alignas(16) float g[PerKey ? kRows : 1][KT + 4];  // per-key gate cumsum G
-    float grow[kRows];                                // per-row gate cumsum G
+    alignas(16) float grow[kRows];                    // per-row gate cumsum G
 };
 
 // Two blocks fit on a streaming multiprocessor, except gla's with outputs: its fp32 gate tile
@@ -147,12 +148,15 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
         const int64_t slot = (first + chunk) * p.heads + h;
         if (states != nullptr) store_state(states, slot * p.dk * p.dv);
         if constexpr (Outputs)
-            for_state_pairs([&](float s0, float s1, int key, int col) {
-                const float x0 = rounded(s0, p.state), x1 = rounded(s1, p.state);
-                const T hi0 = H::from(x0), hi1 = H::from(x1);
-                *reinterpret_cast<uint32_t*>(&t.s_hi[key][col]) = H::bits(hi0) | H::bits(hi1) << 16;
-                *reinterpret_cast<uint32_t*>(&t.s_lo[key][col]) =
-                    split ? pair<T>(x0 - H::to(hi0), x1 - H::to(hi1)) : 0u;
+            with_rounding(p.state, [&](auto round) {
+                for_state_pairs([&](float s0, float s1, int key, int col) {
+                    const float x0 = round(s0), x1 = round(s1);
+                    const uint32_t hi = pair<T>(x0, x1);
+                    const float2 h = to_float2<T>(hi);
+                    *reinterpret_cast<uint32_t*>(&t.s_hi[key][col]) = hi;
+                    *reinterpret_cast<uint32_t*>(&t.s_lo[key][col]) =
+                        split ? pair<T>(x0 - h.x, x1 - h.y) : 0u;
+                });
             });
         if (!PerKey && threadIdx.x < kRows) {
             const int i = threadIdx.x;
@@ -164,21 +168,35 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
         }
         copies_wait();
         __syncthreads();
+
+        // scores of rows i ∈ [r0, r0 + 16) against j < r0 + 16 (gated_linear_tc.cuh); a
+        // per-row gate enters only after the product, which so overlaps the cumsum below
+        float acc[4][4] = {};
+        if constexpr (Outputs && !PerKey) add_scores<T, KT>(acc, t.q, t.k, r0, half);
         // gate cumsums in fp32, in step order as the CPU backend sums them, continued past
         // the chunk's end as if g were 0 there (the tiles hold zeros there)
         if (PerKey && threadIdx.x < KT) {
             const int d = threadIdx.x;
-            float acc = 0.f;
+            float sum = 0.f;
 #pragma unroll
             for (int i = 0; i < kRows; ++i) {
-                acc += g16 ? load(&t.g_rows[0][0], p.g.dtype, i * Tile::PK + d) : t.g[i][d];
-                t.g[i][d] = acc;
+                sum += g16 ? load(&t.g_rows[0][0], p.g.dtype, i * Tile::PK + d) : t.g[i][d];
+                t.g[i][d] = sum;
             }
         }
         if (!PerKey && p.gate == Gate::per_head && threadIdx.x == 0) {
-            float acc = 0.f;
+            // one thread, four steps a shared-memory access
+            float4* rows = reinterpret_cast<float4*>(t.grow);
+            float sum = 0.f;
 #pragma unroll
-            for (int i = 0; i < kRows; ++i) t.grow[i] = acc += t.grow[i];
+            for (int i = 0; i < kRows / 4; ++i) {
+                float4 x = rows[i];
+                x.x = sum += x.x;
+                x.y = sum += x.y;
+                x.z = sum += x.z;
+                x.w = sum += x.w;
+                rows[i] = x;
+            }
         }
         __syncthreads();
 
@@ -211,40 +229,43 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                 const float f = __expf(t.grow[kRows - 1] - t.grow[r]);
                 *reinterpret_cast<uint32_t*>(&t.vd[r][c]) = pair<T>(x.x * f, x.y * f);
             }
+        // the masked scores, rounded to T, two adjacent columns a 32-bit store
+        const auto score_row = [&](int e) { return r0 + g8 + (e & 2) * 4; };
+        if constexpr (Outputs && !PerKey) {
+            for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    const int i = score_row(e), j = 8 * c + 2 * t4;
+                    const float gi = t.grow[i];
+                    // mask before exp: above the diagonal G_i − G_j > 0 can overflow
+                    const bool row = i < len;
+                    const float x0 = row && j <= i ? acc[m][e] * __expf(gi - t.grow[j]) : 0.f;
+                    const float x1 =
+                        row && j + 1 <= i ? acc[m][e + 1] * __expf(gi - t.grow[j + 1]) : 0.f;
+                    *reinterpret_cast<uint32_t*>(&t.a[i][j]) = pair<T>(x0, x1);
+                }
+            });
+        }
+        if constexpr (Outputs && PerKey) {
+            add_factored_scores<T, KT>(acc, t.q, t.k, t.g, r0, half);
+            for_score_tiles(half, r0 / 8, [&](int m, int c) {
+#pragma unroll
+                for (int e = 0; e < 4; e += 2) {
+                    const int i = score_row(e), j = 8 * c + 2 * t4;
+                    const bool row = i < len;
+                    *reinterpret_cast<uint32_t*>(&t.a[i][j]) =
+                        pair<T>(row ? acc[m][e] : 0.f, row ? acc[m][e + 1] : 0.f);
+                }
+            });
+            diagonal_scores<T, KT>(t.q, t.k, t.g, r0, half, [&](int i, int j, float sum) {
+                t.a[i][j] = H::from(i < len ? sum : 0.f);
+            });
+            above_diagonal(r0, half, [&](int i, int j) { t.a[i][j] = H::from(0.f); });
+        }
+        // the operands, and both warps' scores of each row block, are written
         __syncthreads();
 
         if constexpr (Outputs) {
-            // scores of rows i ∈ [r0, r0 + 16) against j < r0 + 16 (gated_linear_tc.cuh)
-            float acc[4][4] = {};
-            const auto score_col = [&](int c, int e) { return 8 * c + 2 * t4 + (e & 1); };
-            if (!PerKey) {
-                add_scores<T, KT>(acc, t.q, t.k, r0, half);
-                for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = r0 + g8 + (e & 2) * 4, j = score_col(c, e);
-                        // mask before exp: above the diagonal G_i − G_j > 0 can overflow
-                        const float x =
-                            j <= i && i < len ? acc[m][e] * __expf(t.grow[i] - t.grow[j]) : 0.f;
-                        t.a[i][j] = H::from(x);
-                    }
-                });
-            } else {
-                add_factored_scores<T, KT>(acc, t.q, t.k, t.g, r0, half);
-                for_score_tiles(half, r0 / 8, [&](int m, int c) {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = r0 + g8 + (e & 2) * 4, j = score_col(c, e);
-                        t.a[i][j] = H::from(i < len ? acc[m][e] : 0.f);
-                    }
-                });
-                diagonal_scores<T, KT>(t.q, t.k, t.g, r0, half, [&](int i, int j, float sum) {
-                    t.a[i][j] = H::from(i < len ? sum : 0.f);
-                });
-                above_diagonal(r0, half, [&](int i, int j) { t.a[i][j] = H::from(0.f); });
-            }
-            __syncthreads();  // both warps of a row block wrote its scores
-
             // o = scale · (q̃·h + A·v) for the warp's rows
             float o[NT][4] = {};
             for (int kk = 0; kk < KT; kk += 16) {
@@ -270,11 +291,16 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                     H::mma(o[c], a, b);
                 }
             }
-            if (!PerKey)
+            if (!PerKey) {
+                const float f0 = __expf(t.grow[score_row(0)]), f1 = __expf(t.grow[score_row(2)]);
 #pragma unroll
-                for (int c = 0; c < NT; ++c)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) o[c][e] *= __expf(t.grow[r0 + g8 + (e & 2) * 4]);
+                for (int c = 0; c < NT; ++c) {
+                    o[c][0] *= f0;
+                    o[c][1] *= f0;
+                    o[c][2] *= f1;
+                    o[c][3] *= f1;
+                }
+            }
             for (int kk = 0; kk <= r0; kk += 16) {
                 uint32_t a[4];
                 fragment_a(a, t.a, r0, kk);
@@ -285,21 +311,34 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                     H::mma(o[c], a, b);
                 }
             }
+            // from the chunk's first row by whole rows; one 32-bit store a pair when o has the
+            // inputs' dtype (as it has unless the caller asked for another), pairs start
+            // aligned and the value tile lies within o
+            const int64_t o_first = at(p.o, s, c0, h) + v0;
+            const bool words = p.o.dtype == H::dtype && v0 + BV <= p.dv && o_first % 2 == 0 &&
+                               p.o.st % 2 == 0 && reinterpret_cast<uintptr_t>(p.o.data) % 4 == 0;
 #pragma unroll
-            for (int c = 0; c < NT; ++c)
+            for (int e = 0; e < 4; e += 2) {
+                const int i = score_row(e);
+                if (i >= len) continue;
+                const int64_t row = o_first + i * p.o.st;
 #pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    const int i = r0 + g8 + (e & 2) * 4, col = v0 + col_of(c, e);
-                    if (i < len && col < p.dv)
-                        store_pair(p.o.data, p.o.dtype, at(p.o, s, c0 + i, h) + col,
-                                   o[c][e] * p.scale, o[c][e + 1] * p.scale, col + 1 < p.dv);
+                for (int c = 0; c < NT; ++c) {
+                    const int col = col_of(c, e);
+                    const float x0 = o[c][e] * p.scale, x1 = o[c][e + 1] * p.scale;
+                    if (words)
+                        *reinterpret_cast<uint32_t*>(static_cast<T*>(p.o.data) + row + col) =
+                            pair<T>(x0, x1);
+                    else if (v0 + col < p.dv)
+                        store_pair(p.o.data, p.o.dtype, row + col, x0, x1, v0 + col + 1 < p.dv);
                 }
+            }
         }
 
         // h ← exp(Λ)·h + k̃ᵀ ṽ, the carried state staying fp32
-        for_state([&](float& x, int key, int) {
-            x *= PerKey ? __expf(t.g[kRows - 1][key]) : __expf(t.grow[kRows - 1]);
-        });
+        const float decay = PerKey ? 0.f : __expf(t.grow[kRows - 1]);
+        for_state(
+            [&](float& x, int key, int) { x *= PerKey ? __expf(t.g[kRows - 1][key]) : decay; });
         const T(*keys)[Tile::PK] = PerKey || reverse ? t.kd : t.k;
         const T(*values)[Tile::PV] = decay_v ? t.vd : t.v;
 #pragma unroll

@@ -26,14 +26,21 @@ __device__ __forceinline__ void for_score_tiles(int half, int end, F&& f) {
 template <typename T, int KT, int PK>
 __device__ void add_scores(float (&acc)[4][4], const T (*x)[PK], const T (*y)[PK], int r0,
                            int half) {
+    // the lanes' ldmatrix addresses of the first tile at contraction 0, found once; tiles
+    // and steps are constant offsets from them
+    const unsigned a0 = fragment_a_address(x, r0, 0), b0 = fragment_b_address(y, 8 * half, 0);
+    const int tiles = (r0 / 8 + 3 - half) / 2;  // those of c = 2m + half < r0 / 8 + 2
+#pragma unroll
     for (int kk = 0; kk < KT; kk += 16) {
         uint32_t a[4];
-        fragment_a(a, x, r0, kk);
-        for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
+        ldmatrix_x4(a, a0 + kk * sizeof(T));
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            if (m >= tiles) break;
             uint32_t b[2];
-            fragment_b(b, y, 8 * c, kk);
+            ldmatrix_x2(b, b0 + (16 * m * PK + kk) * sizeof(T));
             Half16<T>::mma(acc[m], a, b);
-        });
+        }
     }
 }
 

@@ -24,7 +24,7 @@ namespace {
 
 constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
 // warp w takes rows [16·(w % 4), + 16) of a chunk and half w / 4 of the key or value columns
-constexpr int kThreads = 256;
+constexpr int kThreads = kTensorCoreThreads;
 constexpr int kTileV = 64;  // value columns per pass
 
 template <typename T, int KT, bool PerKey>

@@ -68,9 +68,21 @@ __device__ __forceinline__ float2 to_float2<__half>(uint32_t w) {
     return __half22float2(*reinterpret_cast<const __half2*>(&w));
 }
 
+/// lo and hi rounded to T and packed into one word, lo in the low half: one conversion
+/// instruction for both, rounding as Half16<T>::from does.
 template <typename T>
-__device__ __forceinline__ uint32_t pair(float lo, float hi) {
-    return Half16<T>::bits(Half16<T>::from(lo)) | Half16<T>::bits(Half16<T>::from(hi)) << 16;
+__device__ __forceinline__ uint32_t pair(float lo, float hi);
+
+template <>
+__device__ __forceinline__ uint32_t pair<__nv_bfloat16>(float lo, float hi) {
+    const __nv_bfloat162 x = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&x);
+}
+
+template <>
+__device__ __forceinline__ uint32_t pair<__half>(float lo, float hi) {
+    const __half2 x = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&x);
 }
 
 /// The shared-memory address ldmatrix and cp.async take.
@@ -82,14 +94,41 @@ __device__ __forceinline__ unsigned smem_address(const void* p) {
 // matrix, so tiles need pitches of whole 16 bytes and columns at multiples of 8. Pitches of
 // 8 extra elements put the eight rows of a matrix in distinct banks.
 
+/// Four 8×8 matrices of 16-bit elements, each lane giving the shared-memory address of one
+/// 16-byte row: lanes 0-7 the first matrix's, 8-15 the second's, and so on.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&a)[4], unsigned address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(address));
+}
+
+/// Two 8×8 matrices, addressed by lanes 0-15 as ldmatrix_x4.
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&b)[2], unsigned address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(address));
+}
+
+/// The address lane `lane` gives fragment_a for rows r0 + [0, 16), contraction c0.
+template <typename T, int P>
+__device__ __forceinline__ unsigned fragment_a_address(const T (*x)[P], int r0, int c0) {
+    // matrices (rows, columns): (r0, c0), (r0 + 8, c0), (r0, c0 + 8), (r0 + 8, c0 + 8)
+    const int lane = threadIdx.x % 32;
+    return smem_address(&x[r0 + lane % 16][c0 + lane / 16 * 8]);
+}
+
+/// The address lane `lane` gives fragment_b for columns n0 + [0, 8), contraction c0.
+template <typename T, int P>
+__device__ __forceinline__ unsigned fragment_b_address(const T (*y)[P], int n0, int c0) {
+    // lanes 0-7 address the first matrix (columns n0, contraction c0), lanes 8-15 the second
+    const int lane = threadIdx.x % 16;
+    return smem_address(&y[n0 + lane % 8][c0 + lane / 8 * 8]);
+}
+
 /// The A fragment (rows r0 + [0, 16), contraction c0 + [0, 16)) of a row-major tile.
 template <typename T, int P>
 __device__ __forceinline__ void fragment_a(uint32_t (&a)[4], const T (*x)[P], int r0, int c0) {
-    // matrices (rows, columns): (r0, c0), (r0 + 8, c0), (r0, c0 + 8), (r0 + 8, c0 + 8)
-    const int lane = threadIdx.x % 32;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                 : "r"(smem_address(&x[r0 + lane % 16][c0 + lane / 16 * 8])));
+    ldmatrix_x4(a, fragment_a_address(x, r0, c0));
 }
 
 /// The A fragment (rows r0 + [0, 16), contraction c0 + [0, 16)) of a tile stored
@@ -107,11 +146,7 @@ __device__ __forceinline__ void fragment_a_rows(uint32_t (&a)[4], const T (*x)[P
 /// [column][contraction].
 template <typename T, int P>
 __device__ __forceinline__ void fragment_b(uint32_t (&b)[2], const T (*y)[P], int n0, int c0) {
-    // lanes 0-7 address the first matrix (columns n0, contraction c0), lanes 8-15 the second
-    const int lane = threadIdx.x % 16;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(b[0]), "=r"(b[1])
-                 : "r"(smem_address(&y[n0 + lane % 8][c0 + lane / 8 * 8])));
+    ldmatrix_x2(b, fragment_b_address(y, n0, c0));
 }
 
 /// 16 bytes from global to shared memory without a trip through registers (sm_80's
@@ -123,28 +158,42 @@ __device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
 
 __device__ __forceinline__ void copies_wait() { asm volatile("cp.async.wait_all;\n" ::); }
 
+/// Threads of a block of the tensor-core kernels.
+constexpr int kTensorCoreThreads = 256;
+
 /// Rows [0, Rows) × columns [col0, col0 + W) of x (E-typed elements) in chunk (s, c0, len),
 /// head h, into the row-major tile dst of pitch P; zeros past the chunk's end or x's width.
 /// With `vec` (every row 16-byte aligned, widths a whole number of 16 bytes) the copies are
 /// asynchronous, all of a chunk's in flight at once; otherwise element by element, widened
-/// to D.
+/// to D. Called by all kTensorCoreThreads threads of the block.
 template <typename E, typename D, int Rows, int W, int P>
 __device__ void load_rows(D (*dst)[P], const Strided& x, const Span& s, int64_t c0, int len, int h,
                           int col0, int width, bool vec) {
     constexpr int kVec = 16 / sizeof(E);
     const E* base = static_cast<const E*>(x.data);
+    // the chunk's first row, found once: the copies step from it by whole rows
+    const int64_t first = at(x, s, c0, h) + col0;
     if (vec && sizeof(D) == sizeof(E)) {
-        for (int e = threadIdx.x; e < Rows * W / kVec; e += blockDim.x) {
-            const int r = e / (W / kVec), c = e % (W / kVec) * kVec;
-            const bool valid = r < len && col0 + c < width;
-            copy16(&dst[r][c], valid ? base + at(x, s, c0 + r, h) + col0 + c : base, valid);
+        // each thread keeps one column of 16 bytes and steps down the rows
+        constexpr int kPerRow = W / kVec, kRowStep = kTensorCoreThreads / kPerRow;
+        static_assert(kTensorCoreThreads % kPerRow == 0 && Rows % kRowStep == 0,
+                      "a tile's 16-byte columns divide the block");
+        const int r0 = threadIdx.x / kPerRow, c = threadIdx.x % kPerRow * kVec;
+        const bool column = col0 + c < width;
+        const E* from = base + first + r0 * x.st + c;
+        const int64_t step = kRowStep * x.st;
+#pragma unroll
+        for (int n = 0; n < Rows / kRowStep; ++n, from += step) {
+            const int r = r0 + n * kRowStep;
+            const bool valid = column && r < len;
+            copy16(&dst[r][c], valid ? from : base, valid);
         }
         return;
     }
-    for (int e = threadIdx.x; e < Rows * W; e += blockDim.x) {
+    for (int e = threadIdx.x; e < Rows * W; e += kTensorCoreThreads) {
         const int r = e / W, c = e % W;
         const bool valid = r < len && col0 + c < width;
-        dst[r][c] = D(valid ? load(x.data, x.dtype, at(x, s, c0 + r, h) + col0 + c) : 0.f);
+        dst[r][c] = D(valid ? load(x.data, x.dtype, first + r * x.st + c) : 0.f);
     }
 }
 
