@@ -129,6 +129,16 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
     });
 
     const int64_t chunks = (s.len + p.chunk - 1) / p.chunk;
+    // a per-head gate is read a chunk ahead, by threads [0, kRows) a step each, so that its
+    // latency passes behind the chunk before
+    const auto head_gate = [&](int64_t step) {
+        const int64_t c0 = (reverse ? chunks - 1 - step : step) * p.chunk;
+        const int i = threadIdx.x;
+        return p.gate == Gate::per_head && step < chunks && c0 + i < s.len && i < p.chunk
+                   ? load(p.g.data, p.g.dtype, at(p.g, s, c0 + i, h))
+                   : 0.f;
+    };
+    float g_ahead = !PerKey && threadIdx.x < kRows ? head_gate(0) : 0.f;
     for (int64_t step = 0; step < chunks; ++step) {
         const int64_t chunk = reverse ? chunks - 1 - step : step;
         const int64_t c0 = chunk * p.chunk;
@@ -160,11 +170,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
             });
         if (!PerKey && threadIdx.x < kRows) {
             const int i = threadIdx.x;
-            float x = 0.f;
-            if (i < len && p.gate == Gate::per_head)
-                x = load(p.g.data, p.g.dtype, at(p.g, s, c0 + i, h));
-            if (p.gate == Gate::constant) x = p.g_gamma[h] * float((i < len ? i : len - 1) + 1);
-            t.grow[i] = x;
+            t.grow[i] = p.gate == Gate::constant ? p.g_gamma[h] * float((i < len ? i : len - 1) + 1)
+                                                 : g_ahead;
+            g_ahead = head_gate(step + 1);
         }
         copies_wait();
         __syncthreads();
@@ -202,10 +210,13 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
 
         // the state update's operands, two adjacent elements a step: k ⊙ exp(Λ − G) rounded
         // (per-key gate) or v ⊙ exp(Λ − G) rounded (per-row gate), as FLA's chunk_fwd_h
-        // rounds them; or, for the state gradient, q ⊙ exp(G) · scale kept fp32 as two halves
+        // rounds them; or, for the state gradient, q ⊙ exp(G) · scale kept fp32 as two halves.
+        // Each thread keeps one pair of columns and steps down the rows.
         if (PerKey || reverse)
-            for (int e = threadIdx.x; e < kRows * KT / 2; e += kThreads) {
-                const int r = e / (KT / 2), d = 2 * (e % (KT / 2));
+#pragma unroll
+            for (int n = 0; n < kRows * KT / 2 / kThreads; ++n) {
+                const int r = threadIdx.x / (KT / 2) + n * kThreads / (KT / 2);
+                const int d = 2 * (threadIdx.x % (KT / 2));
                 const float2 x = to_float2<T>(word(&t.k[r][d]));
                 float2 f;
                 if constexpr (!PerKey)
@@ -216,15 +227,18 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                     f = make_float2(__expf(t.g[kRows - 1][d] - t.g[r][d]),
                                     __expf(t.g[kRows - 1][d + 1] - t.g[r][d + 1]));
                 const float y0 = x.x * f.x, y1 = x.y * f.y;
-                const T hi0 = H::from(y0), hi1 = H::from(y1);
-                *reinterpret_cast<uint32_t*>(&t.kd[r][d]) = H::bits(hi0) | H::bits(hi1) << 16;
-                if (reverse)
-                    *reinterpret_cast<uint32_t*>(&t.kd_lo[r][d]) =
-                        pair<T>(y0 - H::to(hi0), y1 - H::to(hi1));
+                const uint32_t hi = pair<T>(y0, y1);
+                *reinterpret_cast<uint32_t*>(&t.kd[r][d]) = hi;
+                if (reverse) {
+                    const float2 z = to_float2<T>(hi);
+                    *reinterpret_cast<uint32_t*>(&t.kd_lo[r][d]) = pair<T>(y0 - z.x, y1 - z.y);
+                }
             }
         if (decay_v)
-            for (int e = threadIdx.x; e < kRows * BV / 2; e += kThreads) {
-                const int r = e / (BV / 2), c = 2 * (e % (BV / 2));
+#pragma unroll
+            for (int n = 0; n < kRows * BV / 2 / kThreads; ++n) {
+                const int r = threadIdx.x / (BV / 2) + n * kThreads / (BV / 2);
+                const int c = 2 * (threadIdx.x % (BV / 2));
                 const float2 x = to_float2<T>(word(&t.v[r][c]));
                 const float f = __expf(t.grow[kRows - 1] - t.grow[r]);
                 *reinterpret_cast<uint32_t*>(&t.vd[r][c]) = pair<T>(x.x * f, x.y * f);
