@@ -8,16 +8,22 @@
 // without them.
 #pragma once
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstring>
-#include <new>
 #include <type_traits>
 #include <utility>
 
 namespace lav::trace {
+
+/// `bytes` (a multiple of the page size) of zero or stale memory: a mapping given back
+/// earlier of that size, or a new one. Throws std::bad_alloc.
+void* map_pages(size_t bytes);
+/// Gives back a mapping of map_pages. A few MiB of them are kept for the next traces, whose
+/// arrays grow through the same sizes: their pages are backed already, where a new mapping
+/// faults in every page it writes (some 100 a simple_gla forward and backward).
+void unmap_pages(void* p, size_t bytes);
+/// The page size.
+size_t page_size();
 
 /// A vector of trivially copyable T in memory mapped from the system (mmap), grown by doubling.
 /// Pages are only backed once written, so a large reserve() costs address space, not memory.
@@ -88,22 +94,21 @@ class MappedArray {
 
   private:
     static size_t page_bytes(size_t bytes) {
-        static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        const size_t page = page_size();
         return (bytes + page - 1) / page * page;
     }
     void grow(size_t min_capacity) {
         size_t capacity = capacity_ == 0 ? 1 : 2 * capacity_;
         if (capacity < min_capacity) capacity = min_capacity;
         const size_t bytes = page_bytes(capacity * sizeof(T));
-        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p == MAP_FAILED) throw std::bad_alloc();
+        void* p = map_pages(bytes);
         if (size_ > 0) std::memcpy(p, data_, size_ * sizeof(T));
         release();
         data_ = static_cast<T*>(p);
         capacity_ = bytes / sizeof(T);
     }
     void release() {
-        if (data_ != nullptr) munmap(data_, page_bytes(capacity_ * sizeof(T)));
+        if (data_ != nullptr) unmap_pages(data_, page_bytes(capacity_ * sizeof(T)));
         data_ = nullptr;
         capacity_ = 0;
     }
