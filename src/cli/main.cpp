@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "core/build_info.h"
 #include "core/error.h"
+#include "core/heap.h"
 
 namespace {
 
@@ -39,6 +40,7 @@ int dispatch(const std::string& command, const std::vector<std::string>& args,
 }  // namespace
 
 int main(int argc, char** argv) {
+    lav::keep_freed_heap();
     const std::vector<std::string> all(argv + 1, argv + argc);
     std::string command_line = "lav";
     for (const auto& a : all) command_line += " " + a;
