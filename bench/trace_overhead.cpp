@@ -5,12 +5,21 @@
 // B=2 T=1024 H=4 K=V=64, bf16 q/k/v, fp32 gate, initial and final state. Three modes run in
 // turn so that drift of a shared machine hits all alike: tracing off; a RecordFunction
 // callback that does nothing but asks for inputs and outputs as the tracer does (LibTorch's
-// own cost, the floor for any tracer built on it); the tracer. Each reports the median of 11
+// own cost, the floor for any tracer built on it); the tracer. Each reports the median of 21
 // runs after 2 warm-up rounds, in wall time and in process CPU time (the steadier of the two
-// on a loaded machine). `threads` sets LibTorch's intra-op threads (default: its own).
+// on a loaded machine), and its minor page faults a run. `threads` sets LibTorch's intra-op
+// threads (default: its own).
+//
+// It sets malloc up as lav does for its runs (keep_freed_heap): with glibc's defaults, whether
+// the heap's top goes back to the system after each run and is faulted in again in the next
+// (~1,500 faults a run here, 2-4 ms, in every mode alike) depends on the process's heap
+// layout, and differs from build to build and process to process. The faults column shows
+// it. Compare several processes, not one; 21 runs (was 11) keep one slow run from moving a
+// median.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,12 +28,13 @@
 #include <ctime>
 #include <vector>
 
+#include "core/heap.h"
 #include "kernels/simple_gla/simple_gla.h"
 #include "trace/tracer.h"
 
 namespace {
 
-constexpr int kRuns = 11;
+constexpr int kRuns = 21;
 constexpr int kWarmup = 2;
 
 struct Inputs {
@@ -51,7 +61,14 @@ Inputs make_inputs() {
 struct Timing {
     double wall = 0;  // seconds
     double cpu = 0;   // seconds of process CPU time, all threads
+    long faults = 0;  // minor page faults of the process
 };
+
+long minor_faults() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_minflt;
+}
 
 double cpu_seconds() {
     timespec t{};
@@ -71,6 +88,7 @@ void run_kernel(const Inputs& in) {
 
 // one forward and one backward; when traced, also the number of ops recorded
 Timing run_once(const Inputs& in, Mode mode, size_t* ops) {
+    const long faults0 = minor_faults();
     const double cpu0 = cpu_seconds();
     const auto wall0 = std::chrono::steady_clock::now();
     if (mode == Mode::traced) {
@@ -89,7 +107,7 @@ Timing run_once(const Inputs& in, Mode mode, size_t* ops) {
         run_kernel(in);
     }
     return {std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count(),
-            cpu_seconds() - cpu0};
+            cpu_seconds() - cpu0, minor_faults() - faults0};
 }
 
 double median(std::vector<double> v) {
@@ -100,6 +118,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    lav::keep_freed_heap();
     if (argc > 1) at::set_num_threads(std::atoi(argv[1]));
     const Inputs in = make_inputs();
     size_t ops = 0;
@@ -107,11 +126,13 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kWarmup; ++i)
         for (Mode mode : kModes) run_once(in, mode, &ops);
     std::vector<double> wall[3], cpu[3];
+    long faults[3] = {};
     for (int i = 0; i < kRuns; ++i) {
         for (Mode mode : kModes) {
             const Timing t = run_once(in, mode, &ops);
             wall[static_cast<int>(mode)].push_back(t.wall);
             cpu[static_cast<int>(mode)].push_back(t.cpu);
+            faults[static_cast<int>(mode)] += t.faults;
         }
     }
     std::printf(
@@ -128,5 +149,7 @@ int main(int argc, char** argv) {
     };
     report("wall", wall);
     report("cpu", cpu);
+    std::printf("page faults a run: off %ld | empty callback %ld | traced %ld\n", faults[0] / kRuns,
+                faults[1] / kRuns, faults[2] / kRuns);
     return 0;
 }
