@@ -1,5 +1,7 @@
-// kernels/common/gated_linear_tc.cu — the chunk forward of the gated linear recurrence on tensor
-// cores (mma.sync m16n8k16, fp16/bf16 operands, fp32 accumulation), for simple_gla and gla.
+// kernels/common/gated_linear_tc.cu — the chunk passes of the gated linear recurrence on tensor
+// cores (mma.sync m16n8k16, fp16/bf16 operands, fp32 accumulation): gla's forward, and the
+// state passes of both families (the states entering the chunks, and the backward's state
+// gradients). simple_gla's forward is gated_linear_tc_row.cu's.
 //
 // One block per (sequence, head, value tile) walks the sequence's chunks in order and keeps
 // the fp32 state in registers, so the forward never writes chunk states to memory (FLA splits
@@ -71,6 +73,7 @@ constexpr int blocks_per_sm(bool per_key, bool outputs) { return per_key && outp
 template <typename T, int KT, int BV, bool PerKey, bool Outputs>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
     chunk_forward(GatedLinearProblem p, void* states, bool reverse, bool vec, bool g_vec) {
+    static_assert(PerKey || !Outputs, "a gate per row has its outputs from row_gate_forward");
     using H = Half16<T>;
     using Tile = Tiles<T, KT, BV, PerKey, Outputs>;
     constexpr int MT = KT / 64;  // 16-key row tiles of the state per warp
@@ -177,10 +180,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
         copies_wait();
         __syncthreads();
 
-        // scores of rows i ∈ [r0, r0 + 16) against j < r0 + 16 (gated_linear_tc.cuh); a
-        // per-row gate enters only after the product, which so overlaps the cumsum below
-        float acc[4][4] = {};
-        if constexpr (Outputs && !PerKey) add_scores<T, KT>(acc, t.q, t.k, r0, half);
         // gate cumsums in fp32, in step order as the CPU backend sums them, continued past
         // the chunk's end as if g were 0 there (the tiles hold zeros there)
         if (PerKey && threadIdx.x < KT) {
@@ -245,22 +244,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
             }
         // the masked scores, rounded to T, two adjacent columns a 32-bit store
         const auto score_row = [&](int e) { return r0 + g8 + (e & 2) * 4; };
-        if constexpr (Outputs && !PerKey) {
-            for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
-#pragma unroll
-                for (int e = 0; e < 4; e += 2) {
-                    const int i = score_row(e), j = 8 * c + 2 * t4;
-                    const float gi = t.grow[i];
-                    // mask before exp: above the diagonal G_i − G_j > 0 can overflow
-                    const bool row = i < len;
-                    const float x0 = row && j <= i ? acc[m][e] * __expf(gi - t.grow[j]) : 0.f;
-                    const float x1 =
-                        row && j + 1 <= i ? acc[m][e + 1] * __expf(gi - t.grow[j + 1]) : 0.f;
-                    *reinterpret_cast<uint32_t*>(&t.a[i][j]) = pair<T>(x0, x1);
-                }
-            });
-        }
-        if constexpr (Outputs && PerKey) {
+        if constexpr (Outputs) {
+            float acc[4][4] = {};
             add_factored_scores<T, KT>(acc, t.q, t.k, t.g, r0, half);
             for_score_tiles(half, r0 / 8, [&](int m, int c) {
 #pragma unroll
@@ -283,17 +268,13 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
             // o = scale · (q̃·h + A·v) for the warp's rows
             float o[NT][4] = {};
             for (int kk = 0; kk < KT; kk += 16) {
+                // q̃ = q ⊙ exp(G) rounded to the input dtype, as FLA's chunk_gla_fwd_o
                 uint32_t a[4];
-                if (PerKey) {
-                    // q̃ = q ⊙ exp(G) rounded to the input dtype, as FLA's chunk_gla_fwd_o
 #pragma unroll
-                    for (int u = 0; u < 4; ++u) {
-                        const int i = r0 + g8 + (u & 1) * 8, d = kk + 2 * t4 + (u & 2) * 4;
-                        a[u] = pair<T>(H::to(t.q[i][d]) * __expf(t.g[i][d]),
-                                       H::to(t.q[i][d + 1]) * __expf(t.g[i][d + 1]));
-                    }
-                } else {
-                    fragment_a(a, t.q, r0, kk);
+                for (int u = 0; u < 4; ++u) {
+                    const int i = r0 + g8 + (u & 1) * 8, d = kk + 2 * t4 + (u & 2) * 4;
+                    a[u] = pair<T>(H::to(t.q[i][d]) * __expf(t.g[i][d]),
+                                   H::to(t.q[i][d + 1]) * __expf(t.g[i][d + 1]));
                 }
 #pragma unroll
                 for (int c = 0; c < NT; ++c) {
@@ -303,16 +284,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                     if (!split) continue;
                     fragment_b_rows(b, t.s_lo, kk, cv0 + 8 * c);
                     H::mma(o[c], a, b);
-                }
-            }
-            if (!PerKey) {
-                const float f0 = __expf(t.grow[score_row(0)]), f1 = __expf(t.grow[score_row(2)]);
-#pragma unroll
-                for (int c = 0; c < NT; ++c) {
-                    o[c][0] *= f0;
-                    o[c][1] *= f0;
-                    o[c][2] *= f1;
-                    o[c][3] *= f1;
                 }
             }
             for (int kk = 0; kk <= r0; kk += 16) {
@@ -394,12 +365,12 @@ void launch(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_
 template <typename T, int KT, int BV>
 void launch_tile(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
     const bool per_key = p.gate == Gate::per_key, outputs = p.o.data != nullptr;
-    if (per_key)
-        outputs ? launch<T, KT, BV, true, true>(p, states, reverse, stream)
-                : launch<T, KT, BV, true, false>(p, states, reverse, stream);
+    if (!per_key)
+        launch<T, KT, BV, false, false>(p, states, reverse, stream);
+    else if (outputs)
+        launch<T, KT, BV, true, true>(p, states, reverse, stream);
     else
-        outputs ? launch<T, KT, BV, false, true>(p, states, reverse, stream)
-                : launch<T, KT, BV, false, false>(p, states, reverse, stream);
+        launch<T, KT, BV, true, false>(p, states, reverse, stream);
 }
 
 template <typename T, int KT>
@@ -444,6 +415,12 @@ bool gated_linear_tc_fits(const GatedLinearProblem& p) {
 void gated_linear_tc_fwd(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
     if (!gated_linear_tc_fits(p))
         throw std::invalid_argument("gated linear tensor-core forward: inputs do not fit");
+    if (p.gate != Gate::per_key && p.o.data != nullptr) {
+        if (states != nullptr)
+            throw std::invalid_argument(
+                "gated linear tensor-core forward: a gate per row gives o or states, not both");
+        return gated_linear_tc_row_fwd(p, stream);
+    }
     launch_any(p, states, /*reverse=*/false, stream);
 }
 

@@ -22,6 +22,11 @@ bool gated_linear_tc_fits(const GatedLinearProblem& p);
 /// chunk variant's slot layout) when `states` is set. Needs gated_linear_tc_fits(p).
 void gated_linear_tc_fwd(const GatedLinearProblem& p, void* states, cudaStream_t stream);
 
+/// The forward of a gate per row (Gate::none, per_head or constant), o and ht only: the
+/// state kept in registers as an mma operand (gated_linear_tc_row.cu). Needs
+/// gated_linear_tc_fits(p).
+void gated_linear_tc_row_fwd(const GatedLinearProblem& p, cudaStream_t stream);
+
 /// Whether the backward's state gradient pass fits: gated_linear_tc_fits(p), and d_o in the
 /// input dtype.
 bool gated_linear_tc_state_grads_fit(const GatedLinearProblem& p, const GatedLinearGrads& d);

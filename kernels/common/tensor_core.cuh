@@ -125,6 +125,37 @@ __device__ __forceinline__ unsigned fragment_b_address(const T (*y)[P], int n0, 
     return smem_address(&y[n0 + lane % 8][c0 + lane / 8 * 8]);
 }
 
+/// The address lane `lane` gives ldmatrix_x4 for the B fragments of columns n0 + [0, 8) and
+/// n0 + [8, 16), contraction c0, of a tile stored [column][contraction]: registers 0-1 the
+/// first, 2-3 the second.
+template <typename T, int P>
+__device__ __forceinline__ unsigned fragment_b2_address(const T (*y)[P], int n0, int c0) {
+    const int lane = threadIdx.x % 32;
+    return smem_address(&y[n0 + lane / 16 * 8 + lane % 8][c0 + lane / 8 % 2 * 8]);
+}
+
+/// The address lane `lane` gives ldmatrix_x4_trans for the B fragments of columns n0 + [0, 8)
+/// and n0 + [8, 16), contraction k0, of a tile stored [contraction][column].
+template <typename T, int P>
+__device__ __forceinline__ unsigned fragment_b2_rows_address(const T (*x)[P], int k0, int n0) {
+    const int lane = threadIdx.x % 32;
+    return smem_address(&x[k0 + lane % 16][n0 + lane / 16 * 8]);
+}
+
+/// The A fragment address of fragment_a_rows: rows r0 + [0, 16), contraction c0.
+template <typename T, int P>
+__device__ __forceinline__ unsigned fragment_a_rows_address(const T (*x)[P], int c0, int r0) {
+    const int lane = threadIdx.x % 32;
+    return smem_address(&x[c0 + lane / 16 * 8 + lane % 8][r0 + lane / 8 % 2 * 8]);
+}
+
+/// ldmatrix_x4 with each matrix transposed on the way.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&a)[4], unsigned address) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(address));
+}
+
 /// The A fragment (rows r0 + [0, 16), contraction c0 + [0, 16)) of a row-major tile.
 template <typename T, int P>
 __device__ __forceinline__ void fragment_a(uint32_t (&a)[4], const T (*x)[P], int r0, int c0) {
@@ -136,10 +167,7 @@ __device__ __forceinline__ void fragment_a(uint32_t (&a)[4], const T (*x)[P], in
 template <typename T, int P>
 __device__ __forceinline__ void fragment_a_rows(uint32_t (&a)[4], const T (*x)[P], int c0, int r0) {
     // matrices (contraction, rows): (c0, r0), (c0, r0 + 8), (c0 + 8, r0), (c0 + 8, r0 + 8)
-    const int lane = threadIdx.x % 32;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                 : "r"(smem_address(&x[c0 + lane / 16 * 8 + lane % 8][r0 + lane / 8 % 2 * 8])));
+    ldmatrix_x4_trans(a, fragment_a_rows_address(x, c0, r0));
 }
 
 /// The B fragment (columns n0 + [0, 8), contraction c0 + [0, 16)) of a tile stored
@@ -147,6 +175,15 @@ __device__ __forceinline__ void fragment_a_rows(uint32_t (&a)[4], const T (*x)[P
 template <typename T, int P>
 __device__ __forceinline__ void fragment_b(uint32_t (&b)[2], const T (*y)[P], int n0, int c0) {
     ldmatrix_x2(b, fragment_b_address(y, n0, c0));
+}
+
+/// The 8×8 matrix of 16-bit elements held as an mma C fragment's packed pairs (lane l: row
+/// l / 4, columns 2·(l % 4) and + 1), transposed: lane l then holds row l / 4 of the
+/// transpose. Taken by the whole warp.
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
 }
 
 /// 16 bytes from global to shared memory without a trip through registers (sm_80's
@@ -158,6 +195,13 @@ __device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
 
 __device__ __forceinline__ void copies_wait() { asm volatile("cp.async.wait_all;\n" ::); }
 
+/// exp(x) as one multiply and one ex2.approx, results below FLT_MIN flushed to zero.
+__device__ __forceinline__ float fast_exp(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+}
+
 /// Threads of a block of the tensor-core kernels.
 constexpr int kTensorCoreThreads = 256;
 
@@ -165,8 +209,8 @@ constexpr int kTensorCoreThreads = 256;
 /// head h, into the row-major tile dst of pitch P; zeros past the chunk's end or x's width.
 /// With `vec` (every row 16-byte aligned, widths a whole number of 16 bytes) the copies are
 /// asynchronous, all of a chunk's in flight at once; otherwise element by element, widened
-/// to D. Called by all kTensorCoreThreads threads of the block.
-template <typename E, typename D, int Rows, int W, int P>
+/// to D. Called by all Threads threads of the block.
+template <typename E, typename D, int Rows, int W, int Threads = kTensorCoreThreads, int P>
 __device__ void load_rows(D (*dst)[P], const Strided& x, const Span& s, int64_t c0, int len, int h,
                           int col0, int width, bool vec) {
     constexpr int kVec = 16 / sizeof(E);
@@ -175,13 +219,20 @@ __device__ void load_rows(D (*dst)[P], const Strided& x, const Span& s, int64_t 
     const int64_t first = at(x, s, c0, h) + col0;
     if (vec && sizeof(D) == sizeof(E)) {
         // each thread keeps one column of 16 bytes and steps down the rows
-        constexpr int kPerRow = W / kVec, kRowStep = kTensorCoreThreads / kPerRow;
-        static_assert(kTensorCoreThreads % kPerRow == 0 && Rows % kRowStep == 0,
+        constexpr int kPerRow = W / kVec, kRowStep = Threads / kPerRow;
+        static_assert(Threads % kPerRow == 0 && Rows % kRowStep == 0,
                       "a tile's 16-byte columns divide the block");
         const int r0 = threadIdx.x / kPerRow, c = threadIdx.x % kPerRow * kVec;
         const bool column = col0 + c < width;
         const E* from = base + first + r0 * x.st + c;
         const int64_t step = kRowStep * x.st;
+        if (column && len >= Rows) {
+            // a whole chunk: no row to check
+#pragma unroll
+            for (int n = 0; n < Rows / kRowStep; ++n, from += step)
+                copy16(&dst[r0 + n * kRowStep][c], from, true);
+            return;
+        }
 #pragma unroll
         for (int n = 0; n < Rows / kRowStep; ++n, from += step) {
             const int r = r0 + n * kRowStep;
@@ -190,7 +241,7 @@ __device__ void load_rows(D (*dst)[P], const Strided& x, const Span& s, int64_t 
         }
         return;
     }
-    for (int e = threadIdx.x; e < Rows * W; e += kTensorCoreThreads) {
+    for (int e = threadIdx.x; e < Rows * W; e += Threads) {
         const int r = e / W, c = e % W;
         const bool valid = r < len && col0 + c < width;
         dst[r][c] = D(valid ? load(x.data, x.dtype, first + r * x.st + c) : 0.f);
