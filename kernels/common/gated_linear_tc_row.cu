@@ -68,20 +68,25 @@ __device__ __forceinline__ float widen(uint32_t bits, DType d) {
 }
 
 template <typename T, int KT, int BV>
-__global__ void __launch_bounds__(2 * BV, 2) row_gate_forward(GatedLinearProblem p, bool vec) {
+__global__ void __launch_bounds__(2 * BV, BV < 128 ? 2 : 1)
+    row_gate_forward(GatedLinearProblem p, bool vec) {
     using H = Half16<T>;
     using Tile = RowTiles<T, KT, BV>;
     constexpr int kWarps = BV / 16, kThreads = 32 * kWarps;
     constexpr int NK = KT / 8;     // 8-key tiles of the warp's state
     constexpr int NR = kRows / 8;  // 8-row tiles of the warp's outputs
-    constexpr int kPerWarp = kScoreTiles / kWarps;
+    constexpr int kPerWarp = (kScoreTiles + kWarps - 1) / kWarps;
     constexpr int kE = sizeof(T), PK = Tile::PK, PV = Tile::PV, PR = Tile::PR;
-    static_assert(kScoreTiles % kWarps == 0 && kThreads >= kRows, "value tiles of 32 or 64");
+    static_assert(kThreads >= kRows, "value tiles of 32 columns or more");
     extern __shared__ float4 smem[];
     Tile& t = *reinterpret_cast<Tile*>(smem);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g8 = lane / 4, t4 = lane % 4;
     const int n = blockIdx.x / p.heads, h = blockIdx.x % p.heads, v0 = blockIdx.y * BV;
     const int w16 = 16 * warp;  // the warp's first value within the tile
+    // the warp's m-th score tile; with 8 warps the last ones go short
+    const auto has_tile = [&](int m) {
+        return kPerWarp * kWarps == kScoreTiles || kPerWarp * warp + m < kScoreTiles;
+    };
     const Span s = span(p.seqs, n);
     const int64_t own = (int64_t(n) * p.heads + h) * p.dk * p.dv;
     const int64_t chunks = (s.len + p.chunk - 1) / p.chunk;
@@ -196,6 +201,7 @@ __global__ void __launch_bounds__(2 * BV, 2) row_gate_forward(GatedLinearProblem
             for (int kk = 0; kk < KT; kk += 16)
 #pragma unroll
                 for (int m = 0; m < kPerWarp; ++m) {
+                    if (!has_tile(m)) continue;
                     uint32_t a[4], bk[2];
                     ldmatrix_x4(a, qa[m] + kk * kE);
                     ldmatrix_x2(bk, kb[m] + kk * kE);
@@ -203,6 +209,7 @@ __global__ void __launch_bounds__(2 * BV, 2) row_gate_forward(GatedLinearProblem
                 }
 #pragma unroll
             for (int m = 0; m < kPerWarp; ++m) {
+                if (!has_tile(m)) continue;
                 int rb, c;
                 score_tile(kPerWarp * warp + m, rb, c);
                 const int j = 8 * c + 2 * t4;
@@ -355,12 +362,27 @@ void launch(const GatedLinearProblem& p, cudaStream_t stream) {
     check_cuda(cudaGetLastError(), "gated linear tensor-core row-gate forward");
 }
 
+template <typename T, int KT>
+void launch_keys(const GatedLinearProblem& p, cudaStream_t stream) {
+    // value tiles of 64, two blocks to a streaming multiprocessor, unless they would not run
+    // one to each: then tiles of 128, one block of eight warps to each, which makes each
+    // chunk's loads of q and k and its scores once for twice the values
+    int device = 0, sms = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+               "cudaDeviceGetAttribute");
+    if (p.dv > 64 && p.seqs.n * p.heads * ((p.dv + 63) / 64) > sms)
+        launch<T, KT, 128>(p, stream);
+    else
+        launch<T, KT, 64>(p, stream);
+}
+
 template <typename T>
 void launch_type(const GatedLinearProblem& p, cudaStream_t stream) {
     if (p.dk <= 64)
-        launch<T, 64, 64>(p, stream);
+        launch_keys<T, 64>(p, stream);
     else
-        launch<T, 128, 64>(p, stream);
+        launch_keys<T, 128>(p, stream);
 }
 
 }  // namespace

@@ -43,6 +43,7 @@ std::string name_of(const testing::TestParamInfo<Case>& info) {
                     std::to_string(c.V) + (c.head_first ? "_head_first" : "_head_last");
     if (!c.cu.empty()) n += c.cu_int32 ? "_varlen32" : "_varlen64";
     if (c.chunk > 0) n += "_C" + std::to_string(c.chunk);
+    if (c.H != Case{}.H) n += "_H" + std::to_string(c.H);
     return n + (c.h0 ? "_h0" : "");
 }
 

@@ -1,8 +1,8 @@
 // tests/cuda/chunk_cuda_test.cpp — the CUDA chunk kernels of simple_gla, gla and hgrn against
 // their CPU chunk backends (same precision contract), forward and backward, over chunk sizes,
 // dtypes, state dtypes, layouts, varlen (int32/int64, empty sequence, ragged last chunks), head
-// widths that are not powers of two, every simple_gla gate, and NaN-poisoned outputs. Skips
-// without a GPU.
+// widths that are not powers of two, every simple_gla gate, enough heads for the widest value
+// tiles, and NaN-poisoned outputs. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -62,6 +62,17 @@ std::vector<Case> cases() {
             c.head_first = true, c.cu = ragged, c.B = 1, c.T = 164, c.in = at::kHalf;
             out.push_back(c);
         }
+    // heads enough that simple_gla's forward takes value tiles of 128, one block of eight
+    // warps to a streaming multiprocessor
+    for (const auto state : {at::kFloat, at::kBFloat16}) {
+        Case c;
+        c.family = "simple_gla", c.gate = "g", c.chunk = 64, c.in = at::kBFloat16, c.state = state;
+        c.H = 80, c.K = 128, c.V = 128;
+        out.push_back(c);
+        c.head_first = true, c.cu = ragged, c.B = 1, c.T = 164, c.in = at::kHalf;
+        c.K = 100, c.V = 100;
+        out.push_back(c);
+    }
     return out;
 }
 
