@@ -349,13 +349,8 @@ template <typename T, int KT, int BV, bool PerKey, bool Outputs>
 void launch(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
     const auto kernel = chunk_forward<T, KT, BV, PerKey, Outputs>;
     const int bytes = int(sizeof(Tiles<T, KT, BV, PerKey, Outputs>));
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-               "gated linear tensor-core forward");
-    // all of the unified L1 as shared memory, so that blocks_per_sm() blocks fit side by side
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared),
-               "gated linear tensor-core forward");
-    const bool vec = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk) && rows_aligned(p.v, p.dv);
+    take_shared_memory(kernel, bytes, "gated linear tensor-core forward");
+    const bool vec = qkv_aligned(p);
     const dim3 grid(unsigned(p.seqs.n * p.heads), unsigned((p.dv + BV - 1) / BV));
     const bool g_vec = p.gate == Gate::per_key && rows_aligned(p.g, p.dk);
     kernel<<<grid, kThreads, bytes, stream>>>(p, states, reverse, vec, g_vec);
@@ -377,11 +372,8 @@ template <typename T, int KT>
 void launch_keys(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
     // narrower value tiles when wide ones would leave streaming multiprocessors idle and
     // narrow ones still run in one wave
-    int device = 0, sms = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-               "cudaDeviceGetAttribute");
-    const int resident = sms * blocks_per_sm(p.gate == Gate::per_key, p.o.data != nullptr);
+    const int resident =
+        multiprocessors() * blocks_per_sm(p.gate == Gate::per_key, p.o.data != nullptr);
     if (p.seqs.n * p.heads * ((p.dv + 31) / 32) <= resident)
         launch_tile<T, KT, 32>(p, states, reverse, stream);
     else

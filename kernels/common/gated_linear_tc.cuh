@@ -6,6 +6,7 @@
 // is the warp's m-th, held in acc[m].
 #pragma once
 
+#include "common/gated_linear_cuda.h"
 #include "common/tensor_core.cuh"
 
 namespace lav::cuda {
@@ -115,6 +116,31 @@ template <typename F>
 __device__ __forceinline__ void above_diagonal(int r0, int half, F&& f) {
     for (int e = threadIdx.x % 32 + 32 * half; e < 256; e += 64)
         if (e % 16 > e / 16) f(r0 + e / 16, r0 + e % 16);
+}
+
+/// Streaming multiprocessors of the current device.
+inline int multiprocessors() {
+    int device = 0, sms = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+               "cudaDeviceGetAttribute");
+    return sms;
+}
+
+/// Lets `kernel` take `bytes` of dynamic shared memory, with all of the unified L1 as shared
+/// memory so that the blocks it is bounded to fit side by side; `what` names it in errors.
+template <typename Kernel>
+void take_shared_memory(Kernel kernel, int bytes, const char* what) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+               what);
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared),
+               what);
+}
+
+/// Whether q, k and v of p can be copied 16 bytes at a time (rows_aligned).
+inline bool qkv_aligned(const GatedLinearProblem& p) {
+    return rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk) && rows_aligned(p.v, p.dv);
 }
 
 }  // namespace lav::cuda

@@ -19,8 +19,8 @@
 
 #include <cstdint>
 
+#include "common/gated_linear_tc.cuh"
 #include "common/gated_linear_tc.h"
-#include "common/tensor_core.cuh"
 
 namespace lav::cuda {
 namespace {
@@ -96,9 +96,11 @@ __global__ void __launch_bounds__(2 * BV, BV < 128 ? 2 : 1)
     };
     // the lanes' ldmatrix addresses in buffer 0 at contraction 0; buffer 1, tiles and steps
     // are constant offsets from them
-    const unsigned q_b2 = fragment_b2_address(t.q[0], 0, 0), a_b = fragment_b_address(t.a, 0, 0);
-    const unsigned k_b2 = fragment_b2_rows_address(t.k[0], 0, 0);
-    const unsigned v_a = fragment_a_rows_address(t.v[0], 0, w16);
+    const unsigned q_b2 = quad_address(t.q[0], 0, 0), a_b = fragment_b_address(t.a, 0, 0);
+    // the lanes' rows of fragment_a give ldmatrix_x4_trans the B fragments of two 8-column
+    // tiles of a tile stored [contraction][column]
+    const unsigned k_b2 = fragment_a_address(t.k[0], 0, 0);
+    const unsigned v_a = quad_address(t.v[0], 0, w16);
     constexpr unsigned kQK = sizeof(t.q[0]), kV = sizeof(t.v[0]);
 
     // S[kt][e]: value v0 + w16 + g8 (+8 for e ≥ 2), key 8·kt + 2·t4 (+1 for odd e)
@@ -350,15 +352,10 @@ __global__ void __launch_bounds__(2 * BV, BV < 128 ? 2 : 1)
 template <typename T, int KT, int BV>
 void launch(const GatedLinearProblem& p, cudaStream_t stream) {
     const auto kernel = row_gate_forward<T, KT, BV>;
-    const int bytes = int(sizeof(RowTiles<T, KT, BV>));
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-               "gated linear tensor-core row-gate forward");
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared),
-               "gated linear tensor-core row-gate forward");
-    const bool vec = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk) && rows_aligned(p.v, p.dv);
+    take_shared_memory(kernel, int(sizeof(RowTiles<T, KT, BV>)),
+                       "gated linear tensor-core row-gate forward");
     const dim3 grid(unsigned(p.seqs.n * p.heads), unsigned((p.dv + BV - 1) / BV));
-    kernel<<<grid, 2 * BV, bytes, stream>>>(p, vec);
+    kernel<<<grid, 2 * BV, sizeof(RowTiles<T, KT, BV>), stream>>>(p, qkv_aligned(p));
     check_cuda(cudaGetLastError(), "gated linear tensor-core row-gate forward");
 }
 
@@ -367,11 +364,7 @@ void launch_keys(const GatedLinearProblem& p, cudaStream_t stream) {
     // value tiles of 64, two blocks to a streaming multiprocessor, unless they would not run
     // one to each: then tiles of 128, one block of eight warps to each, which makes each
     // chunk's loads of q and k and its scores once for twice the values
-    int device = 0, sms = 0;
-    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-               "cudaDeviceGetAttribute");
-    if (p.dv > 64 && p.seqs.n * p.heads * ((p.dv + 63) / 64) > sms)
+    if (p.dv > 64 && p.seqs.n * p.heads * ((p.dv + 63) / 64) > multiprocessors())
         launch<T, KT, 128>(p, stream);
     else
         launch<T, KT, 64>(p, stream);

@@ -125,28 +125,15 @@ __device__ __forceinline__ unsigned fragment_b_address(const T (*y)[P], int n0, 
     return smem_address(&y[n0 + lane % 8][c0 + lane / 8 * 8]);
 }
 
-/// The address lane `lane` gives ldmatrix_x4 for the B fragments of columns n0 + [0, 8) and
-/// n0 + [8, 16), contraction c0, of a tile stored [column][contraction]: registers 0-1 the
-/// first, 2-3 the second.
+/// The address lane `lane` gives ldmatrix_x4 for the 16×16 block at (r0, c0) of a tile as four
+/// 8×8 matrices in row order, (r0, c0), (r0, c0 + 8), (r0 + 8, c0), (r0 + 8, c0 + 8);
+/// fragment_a_address takes them in column order. Stored [column][contraction], the block is
+/// the B fragments of columns r0 + [0, 8) and r0 + [8, 16): registers 0-1 the first, 2-3 the
+/// second.
 template <typename T, int P>
-__device__ __forceinline__ unsigned fragment_b2_address(const T (*y)[P], int n0, int c0) {
+__device__ __forceinline__ unsigned quad_address(const T (*x)[P], int r0, int c0) {
     const int lane = threadIdx.x % 32;
-    return smem_address(&y[n0 + lane / 16 * 8 + lane % 8][c0 + lane / 8 % 2 * 8]);
-}
-
-/// The address lane `lane` gives ldmatrix_x4_trans for the B fragments of columns n0 + [0, 8)
-/// and n0 + [8, 16), contraction k0, of a tile stored [contraction][column].
-template <typename T, int P>
-__device__ __forceinline__ unsigned fragment_b2_rows_address(const T (*x)[P], int k0, int n0) {
-    const int lane = threadIdx.x % 32;
-    return smem_address(&x[k0 + lane % 16][n0 + lane / 16 * 8]);
-}
-
-/// The A fragment address of fragment_a_rows: rows r0 + [0, 16), contraction c0.
-template <typename T, int P>
-__device__ __forceinline__ unsigned fragment_a_rows_address(const T (*x)[P], int c0, int r0) {
-    const int lane = threadIdx.x % 32;
-    return smem_address(&x[c0 + lane / 16 * 8 + lane % 8][r0 + lane / 8 % 2 * 8]);
+    return smem_address(&x[r0 + lane / 16 * 8 + lane % 8][c0 + lane / 8 % 2 * 8]);
 }
 
 /// ldmatrix_x4 with each matrix transposed on the way.
@@ -167,7 +154,7 @@ __device__ __forceinline__ void fragment_a(uint32_t (&a)[4], const T (*x)[P], in
 template <typename T, int P>
 __device__ __forceinline__ void fragment_a_rows(uint32_t (&a)[4], const T (*x)[P], int c0, int r0) {
     // matrices (contraction, rows): (c0, r0), (c0, r0 + 8), (c0 + 8, r0), (c0 + 8, r0 + 8)
-    ldmatrix_x4_trans(a, fragment_a_rows_address(x, c0, r0));
+    ldmatrix_x4_trans(a, quad_address(x, c0, r0));
 }
 
 /// The B fragment (columns n0 + [0, 8), contraction c0 + [0, 16)) of a tile stored
