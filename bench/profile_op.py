@@ -3,7 +3,7 @@
 ``--repeat`` times on inputs drawn as bench/cuda_ops.py draws them, so that a profiler can pick
 one launch of one kernel, e.g.
 
-    ncu -k regex:chunk_forward --launch-skip 1 --launch-count 1 --section WarpStateStats \\
+    ncu -k regex:row_gate_forward --launch-skip 1 --launch-count 1 --section WarpStateStats \\
         python3 bench/profile_op.py chunk_simple_gla B1_T8192_H96_D128
 """
 
