@@ -33,6 +33,24 @@ __device__ __forceinline__ float load(const void* p, DType d, int64_t i) {
     }
 }
 
+/// The raw bits of element i of a 32- or 16-bit tensor, widened by widen() later: load()
+/// split in two, so that the load's latency can pass before its value is needed.
+__device__ __forceinline__ uint32_t raw(const void* p, DType d, int64_t i) {
+    return d == DType::f32 ? static_cast<const uint32_t*>(p)[i]
+                           : static_cast<const unsigned short*>(p)[i];
+}
+
+__device__ __forceinline__ float widen(uint32_t bits, DType d) {
+    switch (d) {
+        case DType::f32:
+            return __uint_as_float(bits);
+        case DType::f16:
+            return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+        default:
+            return __uint_as_float(bits << 16);
+    }
+}
+
 __device__ __forceinline__ void store(void* p, DType d, int64_t i, float x) {
     switch (d) {
         case DType::f32:

@@ -138,10 +138,10 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
         const int64_t c0 = (reverse ? chunks - 1 - step : step) * p.chunk;
         const int i = threadIdx.x;
         return p.gate == Gate::per_head && step < chunks && c0 + i < s.len && i < p.chunk
-                   ? load(p.g.data, p.g.dtype, at(p.g, s, c0 + i, h))
-                   : 0.f;
+                   ? raw(p.g.data, p.g.dtype, at(p.g, s, c0 + i, h))
+                   : 0u;
     };
-    float g_ahead = !PerKey && threadIdx.x < kRows ? head_gate(0) : 0.f;
+    uint32_t g_ahead = !PerKey && threadIdx.x < kRows ? head_gate(0) : 0u;
     for (int64_t step = 0; step < chunks; ++step) {
         const int64_t chunk = reverse ? chunks - 1 - step : step;
         const int64_t c0 = chunk * p.chunk;
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
         if (!PerKey && threadIdx.x < kRows) {
             const int i = threadIdx.x;
             t.grow[i] = p.gate == Gate::constant ? p.g_gamma[h] * float((i < len ? i : len - 1) + 1)
-                                                 : g_ahead;
+                                                 : widen(g_ahead, p.g.dtype);
             g_ahead = head_gate(step + 1);
         }
         copies_wait();

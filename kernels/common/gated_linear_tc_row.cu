@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <stdexcept>
 
 #include "common/gated_linear_tc.cuh"
 #include "common/gated_linear_tc.h"
@@ -48,24 +49,6 @@ __device__ __forceinline__ void score_tile(int u, int& rb, int& c) {
     c = u - (u < 8 ? 0 : u < 10 ? 8 : u < 16 ? 10 : 16);
 }
 constexpr int kScoreTiles = 20;
-
-/// The raw bits of element i of a 32- or 16-bit tensor, widened by widen() later: the load's
-/// latency passes until then.
-__device__ __forceinline__ uint32_t raw(const void* p, DType d, int64_t i) {
-    return d == DType::f32 ? static_cast<const uint32_t*>(p)[i]
-                           : static_cast<const unsigned short*>(p)[i];
-}
-
-__device__ __forceinline__ float widen(uint32_t bits, DType d) {
-    switch (d) {
-        case DType::f32:
-            return __uint_as_float(bits);
-        case DType::f16:
-            return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-        default:
-            return __uint_as_float(bits << 16);
-    }
-}
 
 template <typename T, int KT, int BV>
 __global__ void __launch_bounds__(2 * BV, BV < 128 ? 2 : 1)
@@ -381,6 +364,10 @@ void launch_type(const GatedLinearProblem& p, cudaStream_t stream) {
 }  // namespace
 
 void gated_linear_tc_row_fwd(const GatedLinearProblem& p, cudaStream_t stream) {
+    if (!gated_linear_tc_fits(p) || p.gate == Gate::per_key || p.o.data == nullptr)
+        throw std::invalid_argument(
+            "gated linear tensor-core row-gate forward: needs 16-bit inputs that fit, a gate per "
+            "row (none, per head or constant) and o");
     if (p.seqs.n == 0 || p.heads == 0 || p.dv == 0) return;
     if (p.q.dtype == DType::bf16)
         launch_type<__nv_bfloat16>(p, stream);

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "common/gated_linear_tc.h"
 #include "cuda/backend_pair.h"
 #include "simple_gla/simple_gla.h"
 
@@ -104,3 +106,21 @@ TEST(ChunkCudaContract, DeclaresTensorCoreOperandsWhereTheyRun) {
 }
 
 }  // namespace lav::kernels
+
+// simple_gla's tensor-core forward refuses a problem it does not compute, before any launch:
+// a per-key gate, no o to write, or 32-bit inputs.
+TEST(RowGateForward, RefusesWhatItDoesNotCompute) {
+    lav::cuda::GatedLinearProblem p;
+    p.q.dtype = p.k.dtype = p.v.dtype = lav::cuda::DType::bf16;
+    p.dk = p.dv = 64;
+    float o = 0.f;
+    p.o.data = &o;
+    p.gate = lav::cuda::Gate::per_key;
+    EXPECT_THROW(lav::cuda::gated_linear_tc_row_fwd(p, nullptr), std::invalid_argument);
+    p.gate = lav::cuda::Gate::per_head;
+    p.o.data = nullptr;
+    EXPECT_THROW(lav::cuda::gated_linear_tc_row_fwd(p, nullptr), std::invalid_argument);
+    p.o.data = &o;
+    p.q.dtype = p.k.dtype = p.v.dtype = lav::cuda::DType::f32;
+    EXPECT_THROW(lav::cuda::gated_linear_tc_row_fwd(p, nullptr), std::invalid_argument);
+}
