@@ -15,8 +15,9 @@
 // exactly: the stored state when the state dtype is not the input dtype, and gla's factored
 // decayed q and k. A per-key gate makes A_ij = Σ_d q_id k_jd exp(G_id − G_jd), which is no
 // plain product; as in FLA's chunk_gla_fwd_intra, 16-row blocks below the diagonal factor it
-// about their first row n, (q ⊙ exp(G − G_n))·(k ⊙ exp(G_n − G))ᵀ, every exponent ≤ 0, and
-// the diagonal blocks are summed element by element.
+// about their first row n, (q ⊙ exp(G − G_n))·(k ⊙ exp(G_n − G))ᵀ, every exponent ≤ 0. The
+// diagonal blocks are factored the same way with bf16 inputs where the gate keeps each block
+// within exp(±64) of its first row (kDiagonalSpan), and summed element by element otherwise.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -61,6 +62,7 @@ struct Tiles {
         unsigned short g_rows[kRows][PK];
     };
     alignas(16) T a[OR][PR];                          // masked decayed scores rounded to T
+    alignas(16) T qd[OR][PK];                         // q ⊙ exp(G) rounded to T
     alignas(16) T s_hi[OK][PV], s_lo[OK][PV];         // stored state entering the chunk, split
     alignas(16) float g[PerKey ? kRows : 1][KT + 4];  // per-key gate cumsum G
     alignas(16) float grow[kRows];                    // per-row gate cumsum G
@@ -182,14 +184,12 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
 
         // gate cumsums in fp32, in step order as the CPU backend sums them, continued past
         // the chunk's end as if g were 0 there (the tiles hold zeros there)
+        bool wide = false;
         if (PerKey && threadIdx.x < KT) {
             const int d = threadIdx.x;
-            float sum = 0.f;
-#pragma unroll
-            for (int i = 0; i < kRows; ++i) {
-                sum += g16 ? load(&t.g_rows[0][0], p.g.dtype, i * Tile::PK + d) : t.g[i][d];
-                t.g[i][d] = sum;
-            }
+            wide = per_key_cumsum<kRows>(t.g, d, [&](int i) {
+                return g16 ? load(&t.g_rows[0][0], p.g.dtype, i * Tile::PK + d) : t.g[i][d];
+            });
         }
         if (!PerKey && p.gate == Gate::per_head && threadIdx.x == 0) {
             // one thread, four steps a shared-memory access
@@ -205,7 +205,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                 rows[i] = x;
             }
         }
-        __syncthreads();
+        // a gate that stays near each block's first row lets the diagonal blocks be factored
+        const bool any_wide = __syncthreads_or(wide);
+        const bool factored = diagonal_factors_fit<T>() && !any_wide;
 
         // the state update's operands, two adjacent elements a step: k ⊙ exp(Λ − G) rounded
         // (per-key gate) or v ⊙ exp(Λ − G) rounded (per-row gate), as FLA's chunk_fwd_h
@@ -232,6 +234,12 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                     const float2 z = to_float2<T>(hi);
                     *reinterpret_cast<uint32_t*>(&t.kd_lo[r][d]) = pair<T>(y0 - z.x, y1 - z.y);
                 }
+                if constexpr (Outputs) {
+                    // q̃ = q ⊙ exp(G) rounded to the input dtype, as FLA's chunk_gla_fwd_o
+                    const float2 y = to_float2<T>(word(&t.q[r][d]));
+                    *reinterpret_cast<uint32_t*>(&t.qd[r][d]) =
+                        pair<T>(y.x * __expf(t.g[r][d]), y.y * __expf(t.g[r][d + 1]));
+                }
             }
         if (decay_v)
 #pragma unroll
@@ -246,20 +254,22 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
         const auto score_row = [&](int e) { return r0 + g8 + (e & 2) * 4; };
         if constexpr (Outputs) {
             float acc[4][4] = {};
-            add_factored_scores<T, KT>(acc, t.q, t.k, t.g, r0, half);
-            for_score_tiles(half, r0 / 8, [&](int m, int c) {
+            add_factored_scores<T, KT>(acc, t.q, t.k, t.g, r0, half, factored);
+            for_score_tiles(half, r0 / 8 + (factored ? 2 : 0), [&](int m, int c) {
 #pragma unroll
                 for (int e = 0; e < 4; e += 2) {
                     const int i = score_row(e), j = 8 * c + 2 * t4;
                     const bool row = i < len;
-                    *reinterpret_cast<uint32_t*>(&t.a[i][j]) =
-                        pair<T>(row ? acc[m][e] : 0.f, row ? acc[m][e + 1] : 0.f);
+                    *reinterpret_cast<uint32_t*>(&t.a[i][j]) = pair<T>(
+                        row && j <= i ? acc[m][e] : 0.f, row && j < i ? acc[m][e + 1] : 0.f);
                 }
             });
-            diagonal_scores<T, KT>(t.q, t.k, t.g, r0, half, [&](int i, int j, float sum) {
-                t.a[i][j] = H::from(i < len ? sum : 0.f);
-            });
-            above_diagonal(r0, half, [&](int i, int j) { t.a[i][j] = H::from(0.f); });
+            if (!factored) {
+                diagonal_scores<T, KT>(t.q, t.k, t.g, r0, half, [&](int i, int j, float sum) {
+                    t.a[i][j] = H::from(i < len ? sum : 0.f);
+                });
+                above_diagonal(r0, half, [&](int i, int j) { t.a[i][j] = H::from(0.f); });
+            }
         }
         // the operands, and both warps' scores of each row block, are written
         __syncthreads();
@@ -268,14 +278,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
             // o = scale · (q̃·h + A·v) for the warp's rows
             float o[NT][4] = {};
             for (int kk = 0; kk < KT; kk += 16) {
-                // q̃ = q ⊙ exp(G) rounded to the input dtype, as FLA's chunk_gla_fwd_o
                 uint32_t a[4];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    const int i = r0 + g8 + (u & 1) * 8, d = kk + 2 * t4 + (u & 2) * 4;
-                    a[u] = pair<T>(H::to(t.q[i][d]) * __expf(t.g[i][d]),
-                                   H::to(t.q[i][d + 1]) * __expf(t.g[i][d + 1]));
-                }
+                fragment_a(a, t.qd, r0, kk);
 #pragma unroll
                 for (int c = 0; c < NT; ++c) {
                     uint32_t b[2];

@@ -46,15 +46,18 @@ __device__ void add_scores(float (&acc)[4][4], const T (*x)[PK], const T (*y)[PK
 }
 
 /// acc[m] += Σ_d q_id k_jd exp(G_id − G_jd) for rows i ∈ [r0, r0 + 16) and the warp's tiles
-/// below the diagonal block (j < r0), factored about row r0 as (q ⊙ exp(G − G_r0)) ·
-/// (k ⊙ exp(G_r0 − G))ᵀ, every exponent ≤ 0; each factor enters as two 16-bit halves, and
-/// hi·hi + hi·lo + lo·hi keeps ~16 significant bits of the fp32 products.
+/// below the diagonal block (j < r0), and with `diagonal` its tile of the diagonal block too,
+/// factored about row r0 as (q ⊙ exp(G − G_r0)) · (k ⊙ exp(G_r0 − G))ᵀ; each factor enters as
+/// two 16-bit halves, and hi·hi + hi·lo + lo·hi keeps ~16 significant bits of the fp32
+/// products. Below the diagonal block every exponent is ≤ 0 under a decaying gate; in it
+/// exp(G_r0 − G_j) grows, so the caller asks for it only where diagonal_factors_fit.
 template <typename T, int KT, int PK, int PG>
 __device__ void add_factored_scores(float (&acc)[4][4], const T (*q)[PK], const T (*k)[PK],
-                                    const float (*g)[PG], int r0, int half) {
+                                    const float (*g)[PG], int r0, int half, bool diagonal) {
     using H = Half16<T>;
     const int g8 = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
-    for (int kk = 0; kk < KT && r0 > 0; kk += 16) {
+    const int end = r0 / 8 + (diagonal ? 2 : 0);
+    for (int kk = 0; kk < KT && end > 0; kk += 16) {
         uint32_t a_hi[4], a_lo[4];
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
@@ -64,7 +67,7 @@ __device__ void add_factored_scores(float (&acc)[4][4], const T (*q)[PK], const 
             a_hi[u] = pair<T>(x0, x1);
             a_lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
         }
-        for_score_tiles(half, r0 / 8, [&](int m, int c) {
+        for_score_tiles(half, end, [&](int m, int c) {
             uint32_t b_hi[2], b_lo[2];
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
@@ -77,6 +80,36 @@ __device__ void add_factored_scores(float (&acc)[4][4], const T (*q)[PK], const 
             mma_split<T>(acc[m], a_hi, a_lo, b_hi, b_lo);
         });
     }
+}
+
+/// The bound on |G_id − G_nd| within each 16-row block (n its first row) under which the
+/// diagonal blocks may be factored like the blocks below: the factors then lie within
+/// exp(±32) of q and k (exp(±64) about the block's last row, as the backward's dk takes it),
+/// far inside the range of bf16 and fp32, so neither overflows and neither loses precision
+/// to underflow where the other would magnify it back. fp16's narrow range allows no such
+/// bound. A decay of 2 per step, e^-2 a step, stays within it.
+constexpr float kDiagonalSpan = 32.f;
+
+template <typename T>
+__device__ constexpr bool diagonal_factors_fit() {
+    return Half16<T>::dtype == DType::bf16;
+}
+
+/// Column d of a per-key gate tile g made its running fp32 cumsum in place, in step order as
+/// the CPU backend sums it, `in(i)` giving row i; returns whether some row lies farther than
+/// kDiagonalSpan from its 16-row block's first row (an inf or a NaN too).
+template <int Rows, int PG, typename In>
+__device__ __forceinline__ bool per_key_cumsum(float (*g)[PG], int d, In&& in) {
+    float sum = 0.f, first = 0.f;
+    bool wide = false;
+#pragma unroll
+    for (int i = 0; i < Rows; ++i) {
+        sum += in(i);
+        g[i][d] = sum;
+        if (i % 16 == 0) first = sum;
+        wide |= !(fabsf(sum - first) <= kDiagonalSpan);
+    }
+    return wide;
 }
 
 /// Calls f(i, j, Σ_d q_id k_jd exp(G_id − G_jd)) for the 136 pairs j ≤ i of the diagonal

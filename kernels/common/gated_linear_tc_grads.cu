@@ -13,7 +13,8 @@
 // A per-row gate (simple_gla) factors out of every sum: its decays scale the score tiles and
 // the rows. A per-key gate (gla) does not; as in the forward, blocks off the diagonal are
 // factored about a row of the diagonal block, every exponent ≤ 0, and the diagonal 16 × 16
-// blocks are summed element by element.
+// blocks too where the forward would factor them (kDiagonalSpan), else summed element by
+// element.
 #include <cuda_runtime.h>
 
 #include "common/gated_linear_tc.cuh"
@@ -178,16 +179,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     copies_wait();
     __syncthreads();
     // gate cumsums in fp32 in step order, continued past the chunk's end as if g were 0
-    if (PerKey && threadIdx.x < KT) {
-        float acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < kRows; ++i) t.g[i][threadIdx.x] = acc += t.g[i][threadIdx.x];
-    }
+    bool wide = false;
+    if (PerKey && threadIdx.x < KT)
+        wide = per_key_cumsum<kRows>(t.g, threadIdx.x, [&](int i) { return t.g[i][threadIdx.x]; });
     if (!PerKey && p.gate == Gate::per_head && threadIdx.x == 0) {
         float acc = 0.f;
 #pragma unroll
         for (int i = 0; i < kRows; ++i) t.G[i] = acc += t.G[i];
     }
+    // a gate that stays near each block's first row lets the diagonal blocks be factored
+    const bool any_wide = __syncthreads_or(wide);
+    const bool factored = diagonal_factors_fit<T>() && !any_wide;
 
     // over the value tiles: dA = d_o vᵀ, dq_inter = d_o hᵀ, dk_inter = v dhᵀ, Σ h ⊙ dh
     float dA[4][4] = {}, dq[NK][4] = {}, dk[NK][4] = {};
@@ -258,18 +260,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
         // as the forward's scores (gated_linear_tc.cuh), unrounded and scaled
         float A[4][4] = {};
-        add_factored_scores<T, KT>(A, t.q, t.k, t.g, r0, half);
-        for_score_tiles(half, r0 / 8, [&](int m, int c) {
+        add_factored_scores<T, KT>(A, t.q, t.k, t.g, r0, half, factored);
+        for_score_tiles(half, r0 / 8 + (factored ? 2 : 0), [&](int m, int c) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = row_of(e), j = 8 * c + col_of(e);
-                t.A[i][j] = i < len ? A[m][e] * p.scale : 0.f;
+                t.A[i][j] = j <= i && i < len ? A[m][e] * p.scale : 0.f;
             }
         });
-        diagonal_scores<T, KT>(t.q, t.k, t.g, r0, half, [&](int i, int j, float sum) {
-            t.A[i][j] = i < len ? sum * p.scale : 0.f;
-        });
-        above_diagonal(r0, half, [&](int i, int j) { t.A[i][j] = 0.f; });
+        if (!factored) {
+            diagonal_scores<T, KT>(t.q, t.k, t.g, r0, half, [&](int i, int j, float sum) {
+                t.A[i][j] = i < len ? sum * p.scale : 0.f;
+            });
+            above_diagonal(r0, half, [&](int i, int j) { t.A[i][j] = 0.f; });
+        }
     }
 
     // the inter-chunk parts, decayed; Σ k ⊙ dk_inter for dg
@@ -316,11 +320,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
         // blocks off the diagonal, factored: for dq about row r0, exp(G_i − G_r0) ·
         // Σ_j dA_ij (k_j ⊙ exp(G_r0 − G_j)); for dk about row m = r0 + 15,
-        // exp(G_m − G_j) · Σ_i dA_ij (q_i ⊙ exp(G_i − G_m)); every exponent ≤ 0
-        const int m_row = r0 + 15;
+        // exp(G_m − G_j) · Σ_i dA_ij (q_i ⊙ exp(G_i − G_m)); every exponent ≤ 0. The diagonal
+        // block joins them where `factored`, its exponents then within 2·kDiagonalSpan
+        const int m_row = r0 + 15, diagonal = factored ? 16 : 0;
         float part[NK][4] = {};
         const int pitch = Tile::PG;
-        add_scores_times<T, false>(part, t.dA, t.k, r0, 0, r0, kc0,
+        add_scores_times<T, false>(part, t.dA, t.k, r0, 0, r0 + diagonal, kc0,
                                    Decay{&t.g[0][0], pitch, r0, 1.f});
 #pragma unroll
         for (int c = 0; c < NK; ++c)
@@ -330,9 +335,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 dq[c][e] += part[c][e] * __expf(t.g[i][key] - t.g[r0][key]);
                 part[c][e] = 0.f;
             }
-        add_scores_times<T, true>(part, t.dA, t.q, r0, r0 + 16, kRows, kc0,
+        add_scores_times<T, true>(part, t.dA, t.q, r0, r0 + 16 - diagonal, kRows, kc0,
                                   Decay{&t.g[0][0], pitch, m_row, -1.f});
-        // the diagonal block, element by element; above the diagonal the exponent is −inf
 #pragma unroll
         for (int c = 0; c < NK; ++c)
 #pragma unroll
@@ -340,12 +344,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const int i = row_of(e), key = kc0 + 8 * c + col_of(e);
                 const float gi = t.g[i][key];
                 float sq = 0.f, sk = 0.f;
+                // else the diagonal block element by element; above it the exponent is −inf
+                if (!factored)
 #pragma unroll 4
-                for (int j = r0; j < r0 + 16; ++j) {
-                    const float gj = t.g[j][key];
-                    sq += t.dA[i][j] * H::to(t.k[j][key]) * __expf(j <= i ? gi - gj : -INFINITY);
-                    sk += t.dA[j][i] * H::to(t.q[j][key]) * __expf(j >= i ? gj - gi : -INFINITY);
-                }
+                    for (int j = r0; j < r0 + 16; ++j) {
+                        const float gj = t.g[j][key];
+                        sq +=
+                            t.dA[i][j] * H::to(t.k[j][key]) * __expf(j <= i ? gi - gj : -INFINITY);
+                        sk +=
+                            t.dA[j][i] * H::to(t.q[j][key]) * __expf(j >= i ? gj - gi : -INFINITY);
+                    }
                 dq[c][e] += sq;
                 dk[c][e] += sk + part[c][e] * __expf(t.g[m_row][key] - gi);
             }

@@ -33,7 +33,8 @@ struct Case {
     bool head_first = false;
     c10::ScalarType in = at::kBFloat16, state = at::kFloat;
     bool h0 = true;
-    int64_t chunk = 0;  // 0: the recurrent variant; else the chunk variant's chunk size
+    int64_t chunk = 0;      // 0: the recurrent variant; else the chunk variant's chunk size
+    double gate_scale = 1;  // gla: the per-key gate times this
 };
 
 std::string name_of(const testing::TestParamInfo<Case>& info) {
@@ -44,6 +45,7 @@ std::string name_of(const testing::TestParamInfo<Case>& info) {
     if (!c.cu.empty()) n += c.cu_int32 ? "_varlen32" : "_varlen64";
     if (c.chunk > 0) n += "_C" + std::to_string(c.chunk);
     if (c.H != Case{}.H) n += "_H" + std::to_string(c.H);
+    if (c.gate_scale != Case{}.gate_scale) n += "_gate_x" + std::to_string(int(c.gate_scale));
     return n + (c.h0 ? "_h0" : "");
 }
 
@@ -94,7 +96,8 @@ Both run_gated_linear(const Case& c) {
         GlaArgs a;
         common_args(a, c);
         a.q = q, a.k = k, a.v = v, a.h0 = h0;
-        a.g = laid_out(at::log_sigmoid(draw.randn({c.B, c.T, c.H, c.K})).to(at::kFloat), fh);
+        a.g = laid_out(
+            (at::log_sigmoid(draw.randn({c.B, c.T, c.H, c.K})) * c.gate_scale).to(at::kFloat), fh);
         GlaArgs g = cuda_args(a, c);
         g.q = on_cuda(a.q), g.k = on_cuda(a.k), g.v = on_cuda(a.v), g.g = on_cuda(a.g);
         g.h0 = on_cuda(a.h0);

@@ -2,7 +2,7 @@
 // their CPU chunk backends (same precision contract), forward and backward, over chunk sizes,
 // dtypes, state dtypes, layouts, varlen (int32/int64, empty sequence, ragged last chunks), head
 // widths that are not powers of two, every simple_gla gate, enough heads for the widest value
-// tiles, and NaN-poisoned outputs. Skips without a GPU.
+// tiles, gla gates too strong to factor, and NaN-poisoned outputs. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <optional>
@@ -73,6 +73,15 @@ std::vector<Case> cases() {
         out.push_back(c);
         c.head_first = true, c.cu = ragged, c.B = 1, c.T = 164, c.in = at::kHalf;
         c.K = 100, c.V = 100;
+        out.push_back(c);
+    }
+    // gla's gate decaying so fast (~e^-6 a step) that its diagonal blocks are summed element
+    // by element, as with fp16, not factored (kDiagonalSpan)
+    for (const int64_t chunk : {32, 64}) {
+        Case c;
+        c.family = "gla", c.chunk = chunk, c.gate_scale = 8;
+        out.push_back(c);
+        c.head_first = true, c.cu = ragged, c.B = 1, c.T = 164, c.state = at::kBFloat16;
         out.push_back(c);
     }
     return out;
