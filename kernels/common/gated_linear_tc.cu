@@ -187,9 +187,15 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
         bool wide = false;
         if (PerKey && threadIdx.x < KT) {
             const int d = threadIdx.x;
-            wide = per_key_cumsum<kRows>(t.g, d, [&](int i) {
-                return g16 ? load(&t.g_rows[0][0], p.g.dtype, i * Tile::PK + d) : t.g[i][d];
-            });
+            // the dtype's widening chosen once, outside the rows' loop
+            if (!g16)
+                wide = per_key_cumsum<kRows>(t.g, d, [&](int i) { return t.g[i][d]; });
+            else if (p.g.dtype == DType::bf16)
+                wide = per_key_cumsum<kRows>(
+                    t.g, d, [&](int i) { return widen(t.g_rows[i][d], DType::bf16); });
+            else
+                wide = per_key_cumsum<kRows>(
+                    t.g, d, [&](int i) { return widen(t.g_rows[i][d], DType::f16); });
         }
         if (!PerKey && p.gate == Gate::per_head && threadIdx.x == 0) {
             // one thread, four steps a shared-memory access
@@ -220,26 +226,26 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                 const int d = 2 * (threadIdx.x % (KT / 2));
                 const float2 x = to_float2<T>(word(&t.k[r][d]));
                 float2 f;
-                if constexpr (!PerKey)
-                    f.x = f.y = __expf(t.grow[r]) * p.scale;
-                else if (reverse)
-                    f = make_float2(__expf(t.g[r][d]) * p.scale, __expf(t.g[r][d + 1]) * p.scale);
+                if constexpr (!PerKey) {
+                    f.x = f.y = fast_exp(t.grow[r]) * p.scale;
+                } else {
+                    const float2 gr = *reinterpret_cast<const float2*>(&t.g[r][d]);
+                    const float2 gl = *reinterpret_cast<const float2*>(&t.g[kRows - 1][d]);
+                    f = reverse ? make_float2(fast_exp(gr.x) * p.scale, fast_exp(gr.y) * p.scale)
+                                : make_float2(fast_exp(gl.x - gr.x), fast_exp(gl.y - gr.y));
+                    if constexpr (Outputs) {
+                        // q̃ = q ⊙ exp(G) rounded to the input dtype, as FLA's chunk_gla_fwd_o
+                        const float2 y = to_float2<T>(word(&t.q[r][d]));
+                        *reinterpret_cast<uint32_t*>(&t.qd[r][d]) =
+                            pair<T>(y.x * fast_exp(gr.x), y.y * fast_exp(gr.y));
+                    }
+                }
+                if (reverse)
+                    split_pair<T>(*reinterpret_cast<uint32_t*>(&t.kd[r][d]),
+                                  *reinterpret_cast<uint32_t*>(&t.kd_lo[r][d]), x.x * f.x,
+                                  x.y * f.y);
                 else
-                    f = make_float2(__expf(t.g[kRows - 1][d] - t.g[r][d]),
-                                    __expf(t.g[kRows - 1][d + 1] - t.g[r][d + 1]));
-                const float y0 = x.x * f.x, y1 = x.y * f.y;
-                const uint32_t hi = pair<T>(y0, y1);
-                *reinterpret_cast<uint32_t*>(&t.kd[r][d]) = hi;
-                if (reverse) {
-                    const float2 z = to_float2<T>(hi);
-                    *reinterpret_cast<uint32_t*>(&t.kd_lo[r][d]) = pair<T>(y0 - z.x, y1 - z.y);
-                }
-                if constexpr (Outputs) {
-                    // q̃ = q ⊙ exp(G) rounded to the input dtype, as FLA's chunk_gla_fwd_o
-                    const float2 y = to_float2<T>(word(&t.q[r][d]));
-                    *reinterpret_cast<uint32_t*>(&t.qd[r][d]) =
-                        pair<T>(y.x * __expf(t.g[r][d]), y.y * __expf(t.g[r][d + 1]));
-                }
+                    *reinterpret_cast<uint32_t*>(&t.kd[r][d]) = pair<T>(x.x * f.x, x.y * f.y);
             }
         if (decay_v)
 #pragma unroll
@@ -247,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                 const int r = threadIdx.x / (BV / 2) + n * kThreads / (BV / 2);
                 const int c = 2 * (threadIdx.x % (BV / 2));
                 const float2 x = to_float2<T>(word(&t.v[r][c]));
-                const float f = __expf(t.grow[kRows - 1] - t.grow[r]);
+                const float f = fast_exp(t.grow[kRows - 1] - t.grow[r]);
                 *reinterpret_cast<uint32_t*>(&t.vd[r][c]) = pair<T>(x.x * f, x.y * f);
             }
         // the masked scores, rounded to T, two adjacent columns a 32-bit store
@@ -277,6 +283,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
         if constexpr (Outputs) {
             // o = scale · (q̃·h + A·v) for the warp's rows
             float o[NT][4] = {};
+#pragma unroll
             for (int kk = 0; kk < KT; kk += 16) {
                 uint32_t a[4];
                 fragment_a(a, t.qd, r0, kk);
@@ -325,9 +332,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
         }
 
         // h ← exp(Λ)·h + k̃ᵀ ṽ, the carried state staying fp32
-        const float decay = PerKey ? 0.f : __expf(t.grow[kRows - 1]);
+        const float decay = PerKey ? 0.f : fast_exp(t.grow[kRows - 1]);
         for_state(
-            [&](float& x, int key, int) { x *= PerKey ? __expf(t.g[kRows - 1][key]) : decay; });
+            [&](float& x, int key, int) { x *= PerKey ? fast_exp(t.g[kRows - 1][key]) : decay; });
         const T(*keys)[Tile::PK] = PerKey || reverse ? t.kd : t.k;
         const T(*values)[Tile::PV] = decay_v ? t.vd : t.v;
 #pragma unroll

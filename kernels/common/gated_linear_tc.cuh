@@ -54,28 +54,28 @@ __device__ void add_scores(float (&acc)[4][4], const T (*x)[PK], const T (*y)[PK
 template <typename T, int KT, int PK, int PG>
 __device__ void add_factored_scores(float (&acc)[4][4], const T (*q)[PK], const T (*k)[PK],
                                     const float (*g)[PG], int r0, int half, bool diagonal) {
-    using H = Half16<T>;
     const int g8 = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
     const int end = r0 / 8 + (diagonal ? 2 : 0);
+    const auto pair_at = [](const float* x) { return *reinterpret_cast<const float2*>(x); };
     for (int kk = 0; kk < KT && end > 0; kk += 16) {
+        // G_r0 at the lane's columns kk + 2·t4 (+1) and kk + 2·t4 + 8 (+1)
+        const float2 gn[2] = {pair_at(&g[r0][kk + 2 * t4]), pair_at(&g[r0][kk + 2 * t4 + 8])};
         uint32_t a_hi[4], a_lo[4];
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
             const int i = r0 + g8 + (u & 1) * 8, d = kk + 2 * t4 + (u & 2) * 4;
-            const float x0 = H::to(q[i][d]) * __expf(g[i][d] - g[r0][d]);
-            const float x1 = H::to(q[i][d + 1]) * __expf(g[i][d + 1] - g[r0][d + 1]);
-            a_hi[u] = pair<T>(x0, x1);
-            a_lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
+            const float2 x = to_float2<T>(word(&q[i][d])), gi = pair_at(&g[i][d]);
+            const float2 f = gn[u / 2];
+            split_pair<T>(a_hi[u], a_lo[u], x.x * fast_exp(gi.x - f.x), x.y * fast_exp(gi.y - f.y));
         }
         for_score_tiles(half, end, [&](int m, int c) {
             uint32_t b_hi[2], b_lo[2];
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
                 const int j = 8 * c + g8, d = kk + 2 * t4 + 8 * u;
-                const float y0 = H::to(k[j][d]) * __expf(g[r0][d] - g[j][d]);
-                const float y1 = H::to(k[j][d + 1]) * __expf(g[r0][d + 1] - g[j][d + 1]);
-                b_hi[u] = pair<T>(y0, y1);
-                b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
+                const float2 y = to_float2<T>(word(&k[j][d])), gj = pair_at(&g[j][d]);
+                split_pair<T>(b_hi[u], b_lo[u], y.x * fast_exp(gn[u].x - gj.x),
+                              y.y * fast_exp(gn[u].y - gj.y));
             }
             mma_split<T>(acc[m], a_hi, a_lo, b_hi, b_lo);
         });
@@ -103,11 +103,17 @@ __device__ __forceinline__ bool per_key_cumsum(float (*g)[PG], int d, In&& in) {
     float sum = 0.f, first = 0.f;
     bool wide = false;
 #pragma unroll
-    for (int i = 0; i < Rows; ++i) {
-        sum += in(i);
-        g[i][d] = sum;
-        if (i % 16 == 0) first = sum;
-        wide |= !(fabsf(sum - first) <= kDiagonalSpan);
+    for (int i0 = 0; i0 < Rows; i0 += 16) {
+        // a block's loads issued before its adds, as the stores could alias them
+        float x[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) x[i] = in(i0 + i);
+        first = sum + x[0];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            g[i0 + i][d] = sum += x[i];
+            wide |= !(fabsf(sum - first) <= kDiagonalSpan);
+        }
     }
     return wide;
 }
@@ -135,8 +141,8 @@ __device__ void diagonal_scores(const T (*q)[PK], const T (*k)[PK], const float 
             const float2 kj = to_float2<T>(word(&k[r0 + j][d]));
             const float2 gi = *reinterpret_cast<const float2*>(&g[r0 + i][d]);
             const float2 gj = *reinterpret_cast<const float2*>(&g[r0 + j][d]);
-            sum += qi.x * kj.x * __expf(gi.x - gj.x);
-            sum += qi.y * kj.y * __expf(gi.y - gj.y);
+            sum += qi.x * kj.x * fast_exp(gi.x - gj.x);
+            sum += qi.y * kj.y * fast_exp(gi.y - gj.y);
         }
         for (int o = 4; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
         if (part == 0) f(r0 + i, r0 + j, sum);

@@ -128,12 +128,11 @@ __device__ void add_scores_times(float (&acc)[NC][4], const float (*s)[PS], cons
             for (int u = 0; u < 2; ++u) {
                 const int j = kk + 2 * t4 + 8 * u;
                 const float y0 = H::to(x[j][key]) *
-                                 __expf(decay.sign * (g_ref - decay.g[j * decay.pitch + key]));
+                                 fast_exp(decay.sign * (g_ref - decay.g[j * decay.pitch + key]));
                 const float y1 =
                     H::to(x[j + 1][key]) *
-                    __expf(decay.sign * (g_ref - decay.g[(j + 1) * decay.pitch + key]));
-                b_hi[u] = pair<T>(y0, y1);
-                b_lo[u] = pair<T>(y0 - H::to(H::from(y0)), y1 - H::to(H::from(y1)));
+                    fast_exp(decay.sign * (g_ref - decay.g[(j + 1) * decay.pitch + key]));
+                split_pair<T>(b_hi[u], b_lo[u], y0, y1);
             }
             mma_split<T>(acc[c], hi, lo, b_hi, b_lo);
         }
@@ -243,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int i = row_of(e), j = 8 * c + col_of(e);
             // mask before exp: above the diagonal G_i − G_j > 0 can overflow
             const bool below = j <= i && i < len;
-            const float decay = PerKey || !below ? 1.f : __expf(t.G[i] - t.G[j]);
+            const float decay = PerKey || !below ? 1.f : fast_exp(t.G[i] - t.G[j]);
             t.dA[i][j] = below ? dA[m][e] * decay * p.scale : 0.f;
         }
     });
@@ -254,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = row_of(e), j = 8 * c + col_of(e);
-                t.A[i][j] = j <= i && i < len ? A[m][e] * __expf(t.G[i] - t.G[j]) * p.scale : 0.f;
+                t.A[i][j] = j <= i && i < len ? A[m][e] * fast_exp(t.G[i] - t.G[j]) * p.scale : 0.f;
             }
         });
     } else {
@@ -285,11 +284,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int e = 0; e < 4; ++e) {
             const int i = row_of(e), key = kc0 + 8 * c + col_of(e);
             if constexpr (PerKey) {
-                dq[c][e] *= __expf(t.g[i][key]) * p.scale;
-                dk[c][e] *= __expf(t.g[kRows - 1][key] - t.g[i][key]);
+                dq[c][e] *= fast_exp(t.g[i][key]) * p.scale;
+                dk[c][e] *= fast_exp(t.g[kRows - 1][key] - t.g[i][key]);
             } else {
-                dq[c][e] *= __expf(t.G[i]) * p.scale;
-                dk[c][e] *= __expf(last - t.G[i]);
+                dq[c][e] *= fast_exp(t.G[i]) * p.scale;
+                dk[c][e] *= fast_exp(last - t.G[i]);
             }
         }
     if constexpr (PerKey) {
@@ -332,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = row_of(e), key = kc0 + 8 * c + col_of(e);
-                dq[c][e] += part[c][e] * __expf(t.g[i][key] - t.g[r0][key]);
+                dq[c][e] += part[c][e] * fast_exp(t.g[i][key] - t.g[r0][key]);
                 part[c][e] = 0.f;
             }
         add_scores_times<T, true>(part, t.dA, t.q, r0, r0 + 16 - diagonal, kRows, kc0,
@@ -349,13 +348,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll 4
                     for (int j = r0; j < r0 + 16; ++j) {
                         const float gj = t.g[j][key];
-                        sq +=
-                            t.dA[i][j] * H::to(t.k[j][key]) * __expf(j <= i ? gi - gj : -INFINITY);
-                        sk +=
-                            t.dA[j][i] * H::to(t.q[j][key]) * __expf(j >= i ? gj - gi : -INFINITY);
+                        sq += t.dA[i][j] * H::to(t.k[j][key]) *
+                              fast_exp(j <= i ? gi - gj : -INFINITY);
+                        sk += t.dA[j][i] * H::to(t.q[j][key]) *
+                              fast_exp(j >= i ? gj - gi : -INFINITY);
                     }
                 dq[c][e] += sq;
-                dk[c][e] += sk + part[c][e] * __expf(t.g[m_row][key] - gi);
+                dk[c][e] += sk + part[c][e] * fast_exp(t.g[m_row][key] - gi);
             }
     }
 
@@ -414,11 +413,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
                     const int j = r0 + g8 + (u & 1) * 8, dd = kk + 2 * t4 + (u & 2) * 4;
-                    const float x0 = H::to(t.k[j][dd]) * __expf(t.g[kRows - 1][dd] - t.g[j][dd]);
+                    const float x0 = H::to(t.k[j][dd]) * fast_exp(t.g[kRows - 1][dd] - t.g[j][dd]);
                     const float x1 =
-                        H::to(t.k[j][dd + 1]) * __expf(t.g[kRows - 1][dd + 1] - t.g[j][dd + 1]);
-                    a[u] = pair<T>(x0, x1);
-                    a_lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
+                        H::to(t.k[j][dd + 1]) * fast_exp(t.g[kRows - 1][dd + 1] - t.g[j][dd + 1]);
+                    split_pair<T>(a[u], a_lo[u], x0, x1);
                 }
             } else {
                 fragment_a(a, t.k, r0, kk);
@@ -438,7 +436,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
             for (int c = 0; c < NV; ++c)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) dv[c][e] *= __expf(last - t.G[row_of(e)]);
+                for (int e = 0; e < 4; ++e) dv[c][e] *= fast_exp(last - t.G[row_of(e)]);
         add_scores_times<T, true>(dv, t.A, t.d_o, r0, r0, kRows, vc0);
 #pragma unroll
         for (int c = 0; c < NV; ++c)
@@ -456,7 +454,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int key = threadIdx.x;
         if (key >= p.dk) return;
         float run =
-            t.dG[len - 1][key] + (__expf(t.g[kRows - 1][key]) * t.hdh_key[key] + t.kdk_key[key]);
+            t.dG[len - 1][key] + (fast_exp(t.g[kRows - 1][key]) * t.hdh_key[key] + t.kdk_key[key]);
         for (int i = len - 1;; --i) {
             store(d.dg.data, d.dg.dtype, at(d.dg, ch.s, ch.c0 + i, h) + key, run);
             if (i == 0) break;
@@ -469,7 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const auto dG = [&](int i) {
             return t.dGq[0][i] + t.dGq[1][i] - (t.dGk[0][i] + t.dGk[1][i]);
         };
-        float run = dG(len - 1) + (__expf(last) * state_carry + k_carry);
+        float run = dG(len - 1) + (fast_exp(last) * state_carry + k_carry);
         for (int i = len - 1;; --i) {
             store(d.dg.data, d.dg.dtype, at(d.dg, ch.s, ch.c0 + i, h), run);
             if (i == 0) break;

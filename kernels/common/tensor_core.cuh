@@ -85,6 +85,15 @@ __device__ __forceinline__ uint32_t pair<__half>(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&x);
 }
 
+/// x0 and x1 packed as a pair of halves hi + lo (~16 significant bits each, as mma_split takes
+/// them): hi = pair<T>(x0, x1), lo the pair of what hi leaves out.
+template <typename T>
+__device__ __forceinline__ void split_pair(uint32_t& hi, uint32_t& lo, float x0, float x1) {
+    hi = pair<T>(x0, x1);
+    const float2 h = to_float2<T>(hi);
+    lo = pair<T>(x0 - h.x, x1 - h.y);
+}
+
 /// The shared-memory address ldmatrix and cp.async take.
 __device__ __forceinline__ unsigned smem_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -250,15 +259,13 @@ __device__ __forceinline__ void fragment_b_rows(uint32_t (&b)[2], const T (*x)[P
 template <typename T, bool Transposed, int P>
 __device__ __forceinline__ void fragment_a_split(uint32_t (&hi)[4], uint32_t (&lo)[4],
                                                  const float (*x)[P], int r0, int c0) {
-    using H = Half16<T>;
     const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
         const int i = r0 + g + (u & 1) * 8, j = c0 + 2 * t + (u & 2) * 4;
         const float x0 = Transposed ? x[j][i] : x[i][j];
         const float x1 = Transposed ? x[j + 1][i] : x[i][j + 1];
-        hi[u] = pair<T>(x0, x1);
-        lo[u] = pair<T>(x0 - H::to(H::from(x0)), x1 - H::to(H::from(x1)));
+        split_pair<T>(hi[u], lo[u], x0, x1);
     }
 }
 
