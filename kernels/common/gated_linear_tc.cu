@@ -381,6 +381,12 @@ void launch_tile(const GatedLinearProblem& p, void* states, bool reverse, cudaSt
 
 template <typename T, int KT>
 void launch_keys(const GatedLinearProblem& p, void* states, bool reverse, cudaStream_t stream) {
+    // gla's forward runs one block to a streaming multiprocessor: where value tiles of 64
+    // would take more than one wave, tiles of 128 make each chunk's scores and operands once
+    // for twice the values
+    if (p.o.data != nullptr && p.dv > 64 &&
+        p.seqs.n * p.heads * ((p.dv + 63) / 64) > multiprocessors())
+        return launch<T, KT, 128, true, true>(p, states, reverse, stream);
     // narrower value tiles when wide ones would leave streaming multiprocessors idle and
     // narrow ones still run in one wave
     const int resident =

@@ -64,17 +64,19 @@ std::vector<Case> cases() {
             c.head_first = true, c.cu = ragged, c.B = 1, c.T = 164, c.in = at::kHalf;
             out.push_back(c);
         }
-    // heads enough that simple_gla's forward takes value tiles of 128, one block of eight
-    // warps to a streaming multiprocessor
-    for (const auto state : {at::kFloat, at::kBFloat16}) {
-        Case c;
-        c.family = "simple_gla", c.gate = "g", c.chunk = 64, c.in = at::kBFloat16, c.state = state;
-        c.H = 80, c.K = 128, c.V = 128;
-        out.push_back(c);
-        c.head_first = true, c.cu = ragged, c.B = 1, c.T = 164, c.in = at::kHalf;
-        c.K = 100, c.V = 100;
-        out.push_back(c);
-    }
+    // heads enough that the forwards take value tiles of 128, one block of eight warps to a
+    // streaming multiprocessor
+    for (const std::string family : {"simple_gla", "gla"})
+        for (const auto state : {at::kFloat, at::kBFloat16}) {
+            Case c;
+            c.family = family, c.gate = family == "simple_gla" ? "g" : "";
+            c.chunk = 64, c.in = at::kBFloat16, c.state = state;
+            c.H = 80, c.K = 128, c.V = 128;
+            out.push_back(c);
+            c.head_first = true, c.cu = ragged, c.B = 1, c.T = 164, c.in = at::kHalf;
+            c.K = 100, c.V = 100;
+            out.push_back(c);
+        }
     // gla's gate decaying so fast (~e^-6 a step) that its diagonal blocks are summed element
     // by element, as with fp16, not factored (kDiagonalSpan)
     for (const int64_t chunk : {32, 64}) {
