@@ -166,11 +166,13 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
             with_rounding(p.state, [&](auto round) {
                 for_state_pairs([&](float s0, float s1, int key, int col) {
                     const float x0 = round(s0), x1 = round(s1);
-                    const uint32_t hi = pair<T>(x0, x1);
-                    const float2 h = to_float2<T>(hi);
+                    uint32_t hi, lo = 0u;
+                    if (split)
+                        split_pair<T>(hi, lo, x0, x1);
+                    else
+                        hi = pair<T>(x0, x1);
                     *reinterpret_cast<uint32_t*>(&t.s_hi[key][col]) = hi;
-                    *reinterpret_cast<uint32_t*>(&t.s_lo[key][col]) =
-                        split ? pair<T>(x0 - h.x, x1 - h.y) : 0u;
+                    *reinterpret_cast<uint32_t*>(&t.s_lo[key][col]) = lo;
                 });
             });
         if (!PerKey && threadIdx.x < kRows) {

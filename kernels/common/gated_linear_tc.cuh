@@ -50,7 +50,8 @@ __device__ void add_scores(float (&acc)[4][4], const T (*x)[PK], const T (*y)[PK
 /// factored about row r0 as (q ⊙ exp(G − G_r0)) · (k ⊙ exp(G_r0 − G))ᵀ; each factor enters as
 /// two 16-bit halves, and hi·hi + hi·lo + lo·hi keeps ~16 significant bits of the fp32
 /// products. Below the diagonal block every exponent is ≤ 0 under a decaying gate; in it
-/// exp(G_r0 − G_j) grows, so the caller asks for it only where diagonal_factors_fit.
+/// exp(G_r0 − G_j) grows, so the caller asks for it only where diagonal_factors_fit and
+/// per_key_cumsum found every block within kDiagonalSpan.
 template <typename T, int KT, int PK, int PG>
 __device__ void add_factored_scores(float (&acc)[4][4], const T (*q)[PK], const T (*k)[PK],
                                     const float (*g)[PG], int r0, int half, bool diagonal) {

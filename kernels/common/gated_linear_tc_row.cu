@@ -228,9 +228,11 @@ __global__ void __launch_bounds__(2 * BV, BV < 128 ? 2 : 1)
                 for (int u = 0; u < 4; ++u) {
                     const float(&x)[4] = S[kk / 8 + u / 2];
                     const float x0 = round(x[(u & 1) * 2]), x1 = round(x[(u & 1) * 2 + 1]);
-                    hi[u] = pair<T>(x0, x1);
-                    const float2 y = to_float2<T>(hi[u]);
-                    lo[u] = split ? pair<T>(x0 - y.x, x1 - y.y) : 0u;
+                    lo[u] = 0u;
+                    if (split)
+                        split_pair<T>(hi[u], lo[u], x0, x1);
+                    else
+                        hi[u] = pair<T>(x0, x1);
                 }
 #pragma unroll
                 for (int ni = 0; ni < NR; ni += 2) {
