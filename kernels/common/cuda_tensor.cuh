@@ -51,6 +51,14 @@ __device__ __forceinline__ float widen(uint32_t bits, DType d) {
     }
 }
 
+/// Elements [i, i + 4) in one load: i a multiple of 4, the data 16-byte aligned.
+__device__ __forceinline__ float4 load_quad(const void* p, DType d, int64_t i) {
+    if (d == DType::f32) return *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    const uint2 w = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(p) + i);
+    return make_float4(widen(w.x & 0xffffu, d), widen(w.x >> 16, d), widen(w.y & 0xffffu, d),
+                       widen(w.y >> 16, d));
+}
+
 __device__ __forceinline__ void store(void* p, DType d, int64_t i, float x) {
     switch (d) {
         case DType::f32:

@@ -36,6 +36,7 @@ constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
 // warp w takes rows [16·(w % 4), + 16) of a chunk and half w / 4 of a value tile; two warps
 // per scheduler hide each other's latencies
 constexpr int kWarps = 8;
+constexpr int kParts = kWarps / 4;  // warps per 16-row block (gated_linear_tc.cuh)
 constexpr int kThreads = 32 * kWarps;
 static_assert(kThreads == kTensorCoreThreads, "load_rows takes the whole block");
 
@@ -261,9 +262,9 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
         // the masked scores, rounded to T, two adjacent columns a 32-bit store
         const auto score_row = [&](int e) { return r0 + g8 + (e & 2) * 4; };
         if constexpr (Outputs) {
-            float acc[4][4] = {};
-            add_factored_scores<T, KT>(acc, t.q, t.k, t.g, r0, half, factored);
-            for_score_tiles(half, r0 / 8 + (factored ? 2 : 0), [&](int m, int c) {
+            float acc[kScoreTiles<kParts>][4] = {};
+            add_factored_scores<T, KT, kParts>(acc, t.q, t.k, t.g, r0, half, factored);
+            for_score_tiles<kParts>(half, r0 / 8 + (factored ? 2 : 0), [&](int m, int c) {
 #pragma unroll
                 for (int e = 0; e < 4; e += 2) {
                     const int i = score_row(e), j = 8 * c + 2 * t4;
@@ -273,10 +274,10 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                 }
             });
             if (!factored) {
-                diagonal_scores<T, KT>(t.q, t.k, t.g, r0, half, [&](int i, int j, float sum) {
-                    t.a[i][j] = H::from(i < len ? sum : 0.f);
-                });
-                above_diagonal(r0, half, [&](int i, int j) { t.a[i][j] = H::from(0.f); });
+                diagonal_scores<T, KT, kParts>(
+                    t.q, t.k, t.g, r0, half,
+                    [&](int i, int j, float sum) { t.a[i][j] = H::from(i < len ? sum : 0.f); });
+                above_diagonal<kParts>(r0, half, [&](int i, int j) { t.a[i][j] = H::from(0.f); });
             }
         }
         // the operands, and both warps' scores of each row block, are written

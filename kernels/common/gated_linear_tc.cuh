@@ -1,9 +1,11 @@
 // kernels/common/gated_linear_tc.cuh — device code the tensor-core gated linear kernels share:
 // the intra-chunk score tiles of a 64-row chunk, and gla's per-key decayed scores.
 //
-// Warp w of 8 takes rows [r0, r0 + 16), r0 = 16·(w % 4), and, of the 8-column score tiles
-// c ≤ 2·(w % 4) + 1 that reach the diagonal, those of parity half = w / 4: tile c = 2m + half
-// is the warp's m-th, held in acc[m].
+// The warps of a 16-row block split its columns into Parts parts: warp w takes rows
+// [r0, r0 + 16), r0 = 16·(w % 4), and part w / 4 (the forward's 8 warps make 2 parts, the
+// backward's 16 make 4). Of the 8-column score tiles c ≤ 2·(w % 4) + 1 that reach the
+// diagonal, the warp takes those with c % Parts = part: tile c = Parts·m + part is its m-th,
+// held in acc[m].
 #pragma once
 
 #include "common/gated_linear_cuda.h"
@@ -11,12 +13,16 @@
 
 namespace lav::cuda {
 
-/// Calls f(m, c) for each of the warp's score tiles c = 2m + half with c < end.
-template <typename F>
-__device__ __forceinline__ void for_score_tiles(int half, int end, F&& f) {
+/// Score tiles a warp of Parts holds.
+template <int Parts>
+constexpr int kScoreTiles = 8 / Parts;
+
+/// Calls f(m, c) for each of the warp's score tiles c = Parts·m + part with c < end.
+template <int Parts, typename F>
+__device__ __forceinline__ void for_score_tiles(int part, int end, F&& f) {
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
-        const int c = 2 * m + half;
+    for (int m = 0; m < kScoreTiles<Parts>; ++m) {
+        const int c = Parts * m + part;
         if (c >= end) break;
         f(m, c);
     }
@@ -24,22 +30,23 @@ __device__ __forceinline__ void for_score_tiles(int half, int end, F&& f) {
 
 /// acc[m] += Σ_d x_id y_jd for rows i ∈ [r0, r0 + 16) and the warp's tiles that reach the
 /// diagonal (j < r0 + 16).
-template <typename T, int KT, int PK>
-__device__ void add_scores(float (&acc)[4][4], const T (*x)[PK], const T (*y)[PK], int r0,
-                           int half) {
+template <typename T, int KT, int Parts, int PK>
+__device__ void add_scores(float (&acc)[kScoreTiles<Parts>][4], const T (*x)[PK], const T (*y)[PK],
+                           int r0, int part) {
     // the lanes' ldmatrix addresses of the first tile at contraction 0, found once; tiles
     // and steps are constant offsets from them
-    const unsigned a0 = fragment_a_address(x, r0, 0), b0 = fragment_b_address(y, 8 * half, 0);
-    const int tiles = (r0 / 8 + 3 - half) / 2;  // those of c = 2m + half < r0 / 8 + 2
+    const unsigned a0 = fragment_a_address(x, r0, 0), b0 = fragment_b_address(y, 8 * part, 0);
+    // those of c = Parts·m + part < r0 / 8 + 2
+    const int tiles = (r0 / 8 + 1 + Parts - part) / Parts;
 #pragma unroll
     for (int kk = 0; kk < KT; kk += 16) {
         uint32_t a[4];
         ldmatrix_x4(a, a0 + kk * sizeof(T));
 #pragma unroll
-        for (int m = 0; m < 4; ++m) {
+        for (int m = 0; m < kScoreTiles<Parts>; ++m) {
             if (m >= tiles) break;
             uint32_t b[2];
-            ldmatrix_x2(b, b0 + (16 * m * PK + kk) * sizeof(T));
+            ldmatrix_x2(b, b0 + (8 * Parts * m * PK + kk) * sizeof(T));
             Half16<T>::mma(acc[m], a, b);
         }
     }
@@ -52,9 +59,10 @@ __device__ void add_scores(float (&acc)[4][4], const T (*x)[PK], const T (*y)[PK
 /// products. Below the diagonal block every exponent is ≤ 0 under a decaying gate; in it
 /// exp(G_r0 − G_j) grows, so the caller asks for it only where diagonal_factors_fit and
 /// per_key_cumsum found every block within kDiagonalSpan.
-template <typename T, int KT, int PK, int PG>
-__device__ void add_factored_scores(float (&acc)[4][4], const T (*q)[PK], const T (*k)[PK],
-                                    const float (*g)[PG], int r0, int half, bool diagonal) {
+template <typename T, int KT, int Parts, int PK, int PG>
+__device__ void add_factored_scores(float (&acc)[kScoreTiles<Parts>][4], const T (*q)[PK],
+                                    const T (*k)[PK], const float (*g)[PG], int r0, int part,
+                                    bool diagonal) {
     const int g8 = threadIdx.x % 32 / 4, t4 = threadIdx.x % 4;
     const int end = r0 / 8 + (diagonal ? 2 : 0);
     const auto pair_at = [](const float* x) { return *reinterpret_cast<const float2*>(x); };
@@ -69,7 +77,7 @@ __device__ void add_factored_scores(float (&acc)[4][4], const T (*q)[PK], const 
             const float2 f = gn[u / 2];
             split_pair<T>(a_hi[u], a_lo[u], x.x * fast_exp(gi.x - f.x), x.y * fast_exp(gi.y - f.y));
         }
-        for_score_tiles(half, end, [&](int m, int c) {
+        for_score_tiles<Parts>(part, end, [&](int m, int c) {
             uint32_t b_hi[2], b_lo[2];
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
@@ -121,14 +129,14 @@ __device__ __forceinline__ bool per_key_cumsum(float (*g)[PG], int d, In&& in) {
 
 /// Calls f(i, j, Σ_d q_id k_jd exp(G_id − G_jd)) for the 136 pairs j ≤ i of the diagonal
 /// block of rows [r0, r0 + 16), summed element by element; above the diagonal there is
-/// nothing to sum. The block's two warps share the pairs, four at a time: eight lanes take a
-/// pair, each lane every eighth pair of keys, and shuffles add their sums.
-template <typename T, int KT, int PK, int PG, typename F>
+/// nothing to sum. The block's Parts warps share the pairs, four at a time: eight lanes take
+/// a pair, each lane every eighth pair of keys, and shuffles add their sums.
+template <typename T, int KT, int Parts, int PK, int PG, typename F>
 __device__ void diagonal_scores(const T (*q)[PK], const T (*k)[PK], const float (*g)[PG], int r0,
-                                int half, F&& f) {
+                                int part, F&& f) {
     constexpr int kPairs = 16 * 17 / 2;
-    const int lane = threadIdx.x % 32, part = lane % 8;
-    for (int first = 4 * half; first < kPairs; first += 8) {
+    const int lane = threadIdx.x % 32, eighth = lane % 8;
+    for (int first = 4 * part; first < kPairs; first += 4 * Parts) {
         // pairs are numbered row by row: pair n is (i, j) with i(i + 1)/2 + j = n, j ≤ i
         const int n = first + lane / 8;
         int i = int((sqrtf(8.f * float(n) + 1.f) - 1.f) * 0.5f);
@@ -137,7 +145,7 @@ __device__ void diagonal_scores(const T (*q)[PK], const T (*k)[PK], const float 
         const int j = n - i * (i + 1) / 2;
         float sum = 0.f;
 #pragma unroll
-        for (int d = 2 * part; d < KT; d += 16) {
+        for (int d = 2 * eighth; d < KT; d += 16) {
             const float2 qi = to_float2<T>(word(&q[r0 + i][d]));
             const float2 kj = to_float2<T>(word(&k[r0 + j][d]));
             const float2 gi = *reinterpret_cast<const float2*>(&g[r0 + i][d]);
@@ -146,15 +154,15 @@ __device__ void diagonal_scores(const T (*q)[PK], const T (*k)[PK], const float 
             sum += qi.y * kj.y * fast_exp(gi.y - gj.y);
         }
         for (int o = 4; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        if (part == 0) f(r0 + i, r0 + j, sum);
+        if (eighth == 0) f(r0 + i, r0 + j, sum);
     }
 }
 
 /// Calls f(i, j) for the pairs j > i of the diagonal block of rows [r0, r0 + 16), shared by
-/// the block's two warps.
-template <typename F>
-__device__ __forceinline__ void above_diagonal(int r0, int half, F&& f) {
-    for (int e = threadIdx.x % 32 + 32 * half; e < 256; e += 64)
+/// the block's Parts warps.
+template <int Parts, typename F>
+__device__ __forceinline__ void above_diagonal(int r0, int part, F&& f) {
+    for (int e = threadIdx.x % 32 + 32 * part; e < 256; e += 32 * Parts)
         if (e % 16 > e / 16) f(r0 + e / 16, r0 + e % 16);
 }
 

@@ -2,7 +2,9 @@
 // cores, for simple_gla and gla with fp16/bf16 inputs.
 //
 // One block per (chunk, head), as chunk_grads in gated_linear_chunk.cu, with the same formulas
-// and the same contract: scores and their gradients stay fp32, and the stored states h and dh
+// and the same contract; its 16 warps take four parts of each 16-row block's columns, and the
+// scores come first so that each value tile's dv is done while the tile is loaded. The
+// contract: scores and their gradients stay fp32, and the stored states h and dh
 // are read as stored. fp32 operands (the scores, decayed keys and queries, and the states
 // unless stored in the input dtype) enter the mma as two 16-bit halves, hi + lo, so each
 // product keeps ~16 significant bits; 16-bit inputs enter exactly.
@@ -24,9 +26,14 @@ namespace lav::cuda {
 namespace {
 
 constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
-// warp w takes rows [16·(w % 4), + 16) of a chunk and half w / 4 of the key or value columns
-constexpr int kThreads = kTensorCoreThreads;
+// warp w takes rows [16·(w % 4), + 16) of a chunk and part w / 4 of the key and value columns
+// (gated_linear_tc.cuh); four warps per scheduler hide each other's latencies
+constexpr int kParts = 4;
+constexpr int kWarps = 4 * kParts;
+constexpr int kThreads = 32 * kWarps;
 constexpr int kTileV = 64;  // value columns per pass
+// a state tile is read four columns at a time: kQuadRows keys a pass of the block
+constexpr int kQuadsPerRow = kTileV / 4, kQuadRows = kThreads / kQuadsPerRow;
 
 template <typename T, int KT, bool PerKey>
 struct GradTiles {
@@ -44,52 +51,37 @@ struct GradTiles {
         float dG[PerKey ? kRows : 1][PG];
     };
     alignas(16) T dh_hi[KT][PV], dh_lo[KT][PV];
-    float A[kRows][PS], dA[kRows][PS];            // masked, decayed, scaled; fp32
-    alignas(16) float g[PerKey ? kRows : 1][PG];  // per-key gate cumsum G
-    float G[kRows];                               // per-row gate cumsum G
-    float dGq[2][kRows], dGk[2][kRows];  // per column half: Σ_d q ⊙ dq and Σ_d k ⊙ dk
-    float hdh[kThreads / 32], kdk[kThreads / 32];  // per warp: Σ h ⊙ dh, Σ k ⊙ dk_inter
+    float A[kRows][PS], dA[kRows][PS];             // masked, decayed, scaled; fp32
+    alignas(16) float g[PerKey ? kRows : 1][PG];   // per-key gate cumsum G
+    float G[kRows];                                // per-row gate cumsum G
+    float dGq[kParts][kRows], dGk[kParts][kRows];  // per column part: Σ_d q ⊙ dq, Σ_d k ⊙ dk
+    float hdh[kWarps], kdk[kWarps];                // per warp: Σ h ⊙ dh, Σ k ⊙ dk_inter
     float hdh_key[KT], kdk_key[KT];                // per key, for a per-key gate
 };
 
-/// Element (key, v0 + c) of the [K, V] state at `base`, as stored; 0 outside it.
-__device__ __forceinline__ float state_at(const void* src, DType dtype, int64_t base, int key,
-                                          int col, const GatedLinearProblem& p) {
-    return key < p.dk && col < p.dv ? load(src, dtype, base + int64_t(key) * p.dv + col) : 0.f;
+/// Elements (key, col + [0, 4)) of the [K, V] state at `base`, as stored; 0 outside it. One
+/// load when `vec` (p.dv a multiple of 4, the states 16-byte aligned).
+__device__ __forceinline__ float4 state_quad(const void* src, DType dtype, int64_t base, int key,
+                                             int col, const GatedLinearProblem& p, bool vec) {
+    if (key >= p.dk || col >= p.dv) return make_float4(0.f, 0.f, 0.f, 0.f);
+    const int64_t i = base + int64_t(key) * p.dv + col;
+    if (vec) return load_quad(src, dtype, i);
+    float x[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) x[u] = col + u < p.dv ? load(src, dtype, i + u) : 0.f;
+    return make_float4(x[0], x[1], x[2], x[3]);
 }
 
-/// Calls f(key, c, x, y) for the thread's elements (key, v0 + c) of the [K, V] states xs and
-/// ys at `base` (ys null: y = 0), eight of each in flight at a time: loaded one by one, the
-/// loads would wait out the memory latency each. A warp's 32 elements of a call share a key.
-template <int KT, typename F>
-__device__ void for_state_tile(const void* xs, const void* ys, int64_t base, int v0,
-                               const GatedLinearProblem& p, F&& f) {
-    constexpr int kPer = KT * kTileV / kThreads, kBatch = 8;
-    static_assert(kPer % kBatch == 0, "whole batches per thread");
-#pragma unroll 1
-    for (int b = 0; b < kPer; b += kBatch) {
-        float x[kBatch], y[kBatch];
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-            const int e = threadIdx.x + (b + u) * kThreads, key = e / kTileV, c = e % kTileV;
-            x[u] = state_at(xs, p.state, base, key, v0 + c, p);
-            y[u] = ys != nullptr ? state_at(ys, p.state, base, key, v0 + c, p) : 0.f;
-        }
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-            const int e = threadIdx.x + (b + u) * kThreads;
-            f(e / kTileV, e % kTileV, x[u], y[u]);
-        }
-    }
-}
-
-/// x split into the two halves of a shared tile.
+/// x's four elements into row r, columns [c, c + 4) of a tile as two 16-bit halves; the low
+/// half only when `split` (else hi is x exactly and lo goes unread).
 template <typename T, int P>
-__device__ __forceinline__ void put_split(T (*hi)[P], T (*lo)[P], int r, int c, float x) {
-    using H = Half16<T>;
-    const T x_hi = H::from(x);
-    hi[r][c] = x_hi;
-    lo[r][c] = H::from(x - H::to(x_hi));
+__device__ __forceinline__ void put_quad(T (*hi)[P], T (*lo)[P], int r, int c, float4 x,
+                                         bool split) {
+    uint2 h, l;
+    split_pair<T>(h.x, l.x, x.x, x.y);
+    split_pair<T>(h.y, l.y, x.z, x.w);
+    *reinterpret_cast<uint2*>(&hi[r][c]) = h;
+    if (split) *reinterpret_cast<uint2*>(&lo[r][c]) = l;
 }
 
 /// The decay of a factored block: x ⊙ exp(sign·(G_ref − G)) per key (sign 1: keys decayed
@@ -142,16 +134,17 @@ __device__ void add_scores_times(float (&acc)[NC][4], const float (*s)[PS], cons
 template <typename T, int KT, bool PerKey>
 __global__ void __launch_bounds__(kThreads, 1)
     chunk_grads_tc(GatedLinearProblem p, GatedLinearGrads d, const void* hs, const void* dhs,
-                   bool vec_qk, bool vec_vo, bool vec_g) {
+                   bool vec_qk, bool vec_vo, bool vec_g, bool vec_state) {
     using H = Half16<T>;
     using Tile = GradTiles<T, KT, PerKey>;
-    constexpr int NK = KT / 16;  // 8-column tiles per warp: half the keys
-    constexpr int NV = kTileV / 16;
+    constexpr int NK = KT / (8 * kParts);      // 8-column tiles per warp: its part of the keys
+    constexpr int NV = kTileV / (8 * kParts);  // and of a value tile
+    constexpr int kQuads = KT / kQuadRows;     // a thread's quads of a state tile
     extern __shared__ float4 smem[];
     Tile& t = *reinterpret_cast<Tile*>(smem);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g8 = lane / 4, t4 = lane % 4;
-    const int block = warp % 4, half = warp / 4, r0 = 16 * block;
-    const int kc0 = half * KT / 2, vc0 = half * kTileV / 2;
+    const int block = warp % 4, part = warp / 4, r0 = 16 * block;
+    const int kc0 = part * KT / kParts, vc0 = part * kTileV / kParts;
     const int h = blockIdx.y;
     const Chunk ch = chunk_at(p.seqs, p.chunk, blockIdx.x);
     if (ch.len == 0) return;
@@ -161,12 +154,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     // accumulator element e of a tile: row r0 + g8 (+8 for e ≥ 2), column 2·t4 (+1 for odd e)
     const auto row_of = [&](int e) { return r0 + g8 + (e & 2) * 4; };
     const auto col_of = [&](int e) { return 2 * t4 + (e & 1); };
+    // the thread's quads of a state tile: keys quad_key(n), columns [quad_col, + 4)
+    const auto quad_key = [&](int n) { return threadIdx.x / kQuadsPerRow + n * kQuadRows; };
+    const int quad_col = 4 * (threadIdx.x % kQuadsPerRow);
 
-    load_rows<T, T, kRows, KT>(t.q, p.q, ch.s, ch.c0, len, h, 0, p.dk, vec_qk);
-    load_rows<T, T, kRows, KT>(t.k, p.k, ch.s, ch.c0, len, h, 0, p.dk, vec_qk);
+    load_rows<T, T, kRows, KT, kThreads>(t.q, p.q, ch.s, ch.c0, len, h, 0, p.dk, vec_qk);
+    load_rows<T, T, kRows, KT, kThreads>(t.k, p.k, ch.s, ch.c0, len, h, 0, p.dk, vec_qk);
     if constexpr (PerKey) {
-        load_rows<float, float, kRows, KT>(t.g, p.g, ch.s, ch.c0, len, h, 0, p.dk, vec_g);
-        if (threadIdx.x < KT) t.hdh_key[threadIdx.x] = t.kdk_key[threadIdx.x] = 0.f;
+        load_rows<float, float, kRows, KT, kThreads>(t.g, p.g, ch.s, ch.c0, len, h, 0, p.dk, vec_g);
+        if (threadIdx.x < KT) t.kdk_key[threadIdx.x] = 0.f;
     } else if (threadIdx.x < kRows) {
         const int i = threadIdx.x;
         float x = 0.f;
@@ -190,30 +186,71 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool any_wide = __syncthreads_or(wide);
     const bool factored = diagonal_factors_fit<T>() && !any_wide;
 
-    // over the value tiles: dA = d_o vᵀ, dq_inter = d_o hᵀ, dk_inter = v dhᵀ, Σ h ⊙ dh
-    float dA[4][4] = {}, dq[NK][4] = {}, dk[NK][4] = {};
-    float hdh = 0.f;
-    for (int v0 = 0; v0 < p.dv; v0 += kTileV) {
-        __syncthreads();  // the previous tiles are read
-        load_rows<T, T, kRows, kTileV>(t.v, p.v, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
-        load_rows<T, T, kRows, kTileV>(t.d_o, d.d_o, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
-        for_state_tile<KT>(hs, dhs, base, v0, p, [&](int key, int c, float x, float y) {
-            put_split(t.h_hi, t.h_lo, key, c, x);
-            put_split(t.dh_hi, t.dh_lo, key, c, y);
-            if constexpr (PerKey) {
-                const float xy = warp_sum(x * y);
-                if (lane == 0) atomicAdd(&t.hdh_key[key], xy);
-            } else {
-                hdh += x * y;
+    // the scores into shared memory, masked and scaled, before the value tiles that dv takes
+    // them with: A = q kᵀ decayed by exp(G_i − G_j) for a per-row gate; for a per-key gate
+    // as the forward's (gated_linear_tc.cuh), unrounded
+    if constexpr (!PerKey) {
+        float A[kScoreTiles<kParts>][4] = {};
+        add_scores<T, KT, kParts>(A, t.q, t.k, r0, part);
+        for_score_tiles<kParts>(part, r0 / 8 + 2, [&](int m, int c) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = row_of(e), j = 8 * c + col_of(e);
+                // mask before exp: above the diagonal G_i − G_j > 0 can overflow
+                t.A[i][j] = j <= i && i < len ? A[m][e] * fast_exp(t.G[i] - t.G[j]) * p.scale : 0.f;
             }
         });
+    } else {
+        float A[kScoreTiles<kParts>][4] = {};
+        add_factored_scores<T, KT, kParts>(A, t.q, t.k, t.g, r0, part, factored);
+        for_score_tiles<kParts>(part, r0 / 8 + (factored ? 2 : 0), [&](int m, int c) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = row_of(e), j = 8 * c + col_of(e);
+                t.A[i][j] = j <= i && i < len ? A[m][e] * p.scale : 0.f;
+            }
+        });
+        if (!factored) {
+            diagonal_scores<T, KT, kParts>(t.q, t.k, t.g, r0, part, [&](int i, int j, float sum) {
+                t.A[i][j] = i < len ? sum * p.scale : 0.f;
+            });
+            above_diagonal<kParts>(r0, part, [&](int i, int j) { t.A[i][j] = 0.f; });
+        }
+    }
+
+    // over the value tiles: dA = d_o vᵀ, dq_inter = d_o hᵀ, dk_inter = v dhᵀ, Σ h ⊙ dh, and
+    // the tile's dv = (k ⊙ exp(Λ − G)) dh + Aᵀ d_o
+    float dA[kScoreTiles<kParts>][4] = {}, dq[NK][4] = {}, dk[NK][4] = {};
+    float hdh[kQuads] = {};  // per quad key for a per-key gate, else all in hdh[0]
+    const float last = t.G[kRows - 1];
+    for (int v0 = 0; v0 < p.dv; v0 += kTileV) {
+        __syncthreads();  // the previous tiles are read
+        load_rows<T, T, kRows, kTileV, kThreads>(t.v, p.v, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
+        load_rows<T, T, kRows, kTileV, kThreads>(t.d_o, d.d_o, ch.s, ch.c0, len, h, v0, p.dv,
+                                                 vec_vo);
+        {
+            // every quad's loads in flight before the first is used
+            float4 x[kQuads], y[kQuads];
+#pragma unroll
+            for (int n = 0; n < kQuads; ++n) {
+                x[n] = state_quad(hs, p.state, base, quad_key(n), v0 + quad_col, p, vec_state);
+                y[n] = state_quad(dhs, p.state, base, quad_key(n), v0 + quad_col, p, vec_state);
+            }
+#pragma unroll
+            for (int n = 0; n < kQuads; ++n) {
+                put_quad(t.h_hi, t.h_lo, quad_key(n), quad_col, x[n], split);
+                put_quad(t.dh_hi, t.dh_lo, quad_key(n), quad_col, y[n], split);
+                hdh[PerKey ? n : 0] +=
+                    x[n].x * y[n].x + x[n].y * y[n].y + x[n].z * y[n].z + x[n].w * y[n].w;
+            }
+        }
         copies_wait();
         __syncthreads();
         for (int kk = 0; kk < kTileV; kk += 16) {
             uint32_t a_do[4], a_v[4];
             fragment_a(a_do, t.d_o, r0, kk);
             fragment_a(a_v, t.v, r0, kk);
-            for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
+            for_score_tiles<kParts>(part, r0 / 8 + 2, [&](int m, int c) {
                 uint32_t b[2];
                 fragment_b(b, t.v, 8 * c, kk);
                 H::mma(dA[m], a_do, b);
@@ -232,52 +269,74 @@ __global__ void __launch_bounds__(kThreads, 1)
                 H::mma(dk[c], a_v, b);
             }
         }
+        float dv[NV][4] = {};
+        for (int kk = 0; kk < KT; kk += 16) {
+            uint32_t a[4], a_lo[4];
+            if constexpr (PerKey) {
+                // k ⊙ exp(Λ − G), kept fp32 as two halves
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int j = r0 + g8 + (u & 1) * 8, dd = kk + 2 * t4 + (u & 2) * 4;
+                    const float2 x = to_float2<T>(word(&t.k[j][dd]));
+                    const float2 gj = *reinterpret_cast<const float2*>(&t.g[j][dd]);
+                    const float2 gl = *reinterpret_cast<const float2*>(&t.g[kRows - 1][dd]);
+                    split_pair<T>(a[u], a_lo[u], x.x * fast_exp(gl.x - gj.x),
+                                  x.y * fast_exp(gl.y - gj.y));
+                }
+            } else {
+                fragment_a(a, t.k, r0, kk);
+            }
+#pragma unroll
+            for (int c = 0; c < NV; ++c) {
+                uint32_t b[2];
+                fragment_b_rows(b, t.dh_hi, kk, vc0 + 8 * c);
+                H::mma(dv[c], a, b);
+                if (PerKey) H::mma(dv[c], a_lo, b);
+                if (!split) continue;
+                fragment_b_rows(b, t.dh_lo, kk, vc0 + 8 * c);
+                H::mma(dv[c], a, b);
+            }
+        }
+        if constexpr (!PerKey)
+#pragma unroll
+            for (int c = 0; c < NV; ++c)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) dv[c][e] *= fast_exp(last - t.G[row_of(e)]);
+        add_scores_times<T, true>(dv, t.A, t.d_o, r0, r0, kRows, vc0);
+#pragma unroll
+        for (int c = 0; c < NV; ++c)
+#pragma unroll
+            for (int e = 0; e < 4; e += 2) {
+                const int j = row_of(e), col = v0 + vc0 + 8 * c + col_of(e);
+                if (j < len && col < p.dv)
+                    store_pair(d.dv.data, d.dv.dtype, at(d.dv, ch.s, ch.c0 + j, h) + col, dv[c][e],
+                               dv[c][e + 1], col + 1 < p.dv);
+            }
+    }
+    if constexpr (PerKey) {
+        // a key's quads lie in the 16 lanes of one half warp
+#pragma unroll
+        for (int n = 0; n < kQuads; ++n) {
+            for (int o = 1; o < kQuadsPerRow; o *= 2)
+                hdh[n] += __shfl_xor_sync(0xffffffffu, hdh[n], o);
+            if (threadIdx.x % kQuadsPerRow == 0) t.hdh_key[quad_key(n)] = hdh[n];
+        }
     }
 
-    // the score tiles into shared memory, masked and scaled: dA = d_o vᵀ and A = q kᵀ, both
-    // decayed by exp(G_i − G_j) for a per-row gate; a per-key gate decays A inside the sum
-    for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
+    // dA into shared memory, masked and scaled, decayed by exp(G_i − G_j) for a per-row gate;
+    // a per-key gate decays it inside the sums
+    for_score_tiles<kParts>(part, r0 / 8 + 2, [&](int m, int c) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int i = row_of(e), j = 8 * c + col_of(e);
-            // mask before exp: above the diagonal G_i − G_j > 0 can overflow
             const bool below = j <= i && i < len;
             const float decay = PerKey || !below ? 1.f : fast_exp(t.G[i] - t.G[j]);
             t.dA[i][j] = below ? dA[m][e] * decay * p.scale : 0.f;
         }
     });
-    if constexpr (!PerKey) {
-        float A[4][4] = {};
-        add_scores<T, KT>(A, t.q, t.k, r0, half);
-        for_score_tiles(half, r0 / 8 + 2, [&](int m, int c) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = row_of(e), j = 8 * c + col_of(e);
-                t.A[i][j] = j <= i && i < len ? A[m][e] * fast_exp(t.G[i] - t.G[j]) * p.scale : 0.f;
-            }
-        });
-    } else {
-        // as the forward's scores (gated_linear_tc.cuh), unrounded and scaled
-        float A[4][4] = {};
-        add_factored_scores<T, KT>(A, t.q, t.k, t.g, r0, half, factored);
-        for_score_tiles(half, r0 / 8 + (factored ? 2 : 0), [&](int m, int c) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = row_of(e), j = 8 * c + col_of(e);
-                t.A[i][j] = j <= i && i < len ? A[m][e] * p.scale : 0.f;
-            }
-        });
-        if (!factored) {
-            diagonal_scores<T, KT>(t.q, t.k, t.g, r0, half, [&](int i, int j, float sum) {
-                t.A[i][j] = i < len ? sum * p.scale : 0.f;
-            });
-            above_diagonal(r0, half, [&](int i, int j) { t.A[i][j] = 0.f; });
-        }
-    }
 
     // the inter-chunk parts, decayed; Σ k ⊙ dk_inter for dg
     float kdk = 0.f;
-    const float last = t.G[kRows - 1];
 #pragma unroll
     for (int c = 0; c < NK; ++c)
 #pragma unroll
@@ -310,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int e = 0; e < 4; ++e)
                 kdk += H::to(t.k[row_of(e)][kc0 + 8 * c + col_of(e)]) * dk[c][e];
     }
-    __syncthreads();  // A and dA are complete
+    __syncthreads();  // dA is complete
 
     // intra-chunk parts: dq += dA k over j < r0 + 16, dk += dAᵀ q over i ≥ r0
     if constexpr (!PerKey) {
@@ -322,19 +381,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         // exp(G_m − G_j) · Σ_i dA_ij (q_i ⊙ exp(G_i − G_m)); every exponent ≤ 0. The diagonal
         // block joins them where `factored`, its exponents then within 2·kDiagonalSpan
         const int m_row = r0 + 15, diagonal = factored ? 16 : 0;
-        float part[NK][4] = {};
+        float partial[NK][4] = {};
         const int pitch = Tile::PG;
-        add_scores_times<T, false>(part, t.dA, t.k, r0, 0, r0 + diagonal, kc0,
+        add_scores_times<T, false>(partial, t.dA, t.k, r0, 0, r0 + diagonal, kc0,
                                    Decay{&t.g[0][0], pitch, r0, 1.f});
 #pragma unroll
         for (int c = 0; c < NK; ++c)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = row_of(e), key = kc0 + 8 * c + col_of(e);
-                dq[c][e] += part[c][e] * fast_exp(t.g[i][key] - t.g[r0][key]);
-                part[c][e] = 0.f;
+                dq[c][e] += partial[c][e] * fast_exp(t.g[i][key] - t.g[r0][key]);
+                partial[c][e] = 0.f;
             }
-        add_scores_times<T, true>(part, t.dA, t.q, r0, r0 + 16 - diagonal, kRows, kc0,
+        add_scores_times<T, true>(partial, t.dA, t.q, r0, r0 + 16 - diagonal, kRows, kc0,
                                   Decay{&t.g[0][0], pitch, m_row, -1.f});
 #pragma unroll
         for (int c = 0; c < NK; ++c)
@@ -354,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                               fast_exp(j >= i ? gj - gi : -INFINITY);
                     }
                 dq[c][e] += sq;
-                dk[c][e] += sk + part[c][e] * fast_exp(t.g[m_row][key] - gi);
+                dk[c][e] += sk + partial[c][e] * fast_exp(t.g[m_row][key] - gi);
             }
     }
 
@@ -371,9 +430,12 @@ __global__ void __launch_bounds__(kThreads, 1)
                 qdq[e / 2] += x;
                 kdk_rows[e / 2] += y;
             }
-            if (i < len && key < p.dk) {
-                store(d.dq.data, d.dq.dtype, at(d.dq, ch.s, ch.c0 + i, h) + key, dq[c][e]);
-                store(d.dk.data, d.dk.dtype, at(d.dk, ch.s, ch.c0 + i, h) + key, dk[c][e]);
+            // two adjacent keys a store
+            if (e % 2 == 0 && i < len && key < p.dk) {
+                store_pair(d.dq.data, d.dq.dtype, at(d.dq, ch.s, ch.c0 + i, h) + key, dq[c][e],
+                           dq[c][e + 1], key + 1 < p.dk);
+                store_pair(d.dk.data, d.dk.dtype, at(d.dk, ch.s, ch.c0 + i, h) + key, dk[c][e],
+                           dk[c][e + 1], key + 1 < p.dk);
             }
         }
     if constexpr (!PerKey) {
@@ -385,67 +447,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                 kdk_rows[r] += __shfl_xor_sync(0xffffffffu, kdk_rows[r], o);
             }
             if (t4 == 0) {
-                t.dGq[half][r0 + g8 + 8 * r] = qdq[r];
-                t.dGk[half][r0 + g8 + 8 * r] = kdk_rows[r];
+                t.dGq[part][r0 + g8 + 8 * r] = qdq[r];
+                t.dGk[part][r0 + g8 + 8 * r] = kdk_rows[r];
             }
         }
-        hdh = warp_sum(hdh);
+        const float state_sum = warp_sum(hdh[0]);
         kdk = warp_sum(kdk);
-        if (lane == 0) t.hdh[warp] = hdh, t.kdk[warp] = kdk;
-    }
-
-    // dv, one value tile at a time; a single tile is still in shared memory
-    for (int v0 = 0; v0 < p.dv; v0 += kTileV) {
-        if (p.dv > kTileV) {
-            __syncthreads();
-            load_rows<T, T, kRows, kTileV>(t.d_o, d.d_o, ch.s, ch.c0, len, h, v0, p.dv, vec_vo);
-            for_state_tile<KT>(dhs, nullptr, base, v0, p, [&](int key, int c, float y, float) {
-                put_split(t.dh_hi, t.dh_lo, key, c, y);
-            });
-            copies_wait();
-            __syncthreads();
-        }
-        float dv[NV][4] = {};
-        for (int kk = 0; kk < KT; kk += 16) {
-            uint32_t a[4], a_lo[4];
-            if constexpr (PerKey) {
-                // k ⊙ exp(Λ − G), kept fp32 as two halves
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    const int j = r0 + g8 + (u & 1) * 8, dd = kk + 2 * t4 + (u & 2) * 4;
-                    const float x0 = H::to(t.k[j][dd]) * fast_exp(t.g[kRows - 1][dd] - t.g[j][dd]);
-                    const float x1 =
-                        H::to(t.k[j][dd + 1]) * fast_exp(t.g[kRows - 1][dd + 1] - t.g[j][dd + 1]);
-                    split_pair<T>(a[u], a_lo[u], x0, x1);
-                }
-            } else {
-                fragment_a(a, t.k, r0, kk);
-            }
-#pragma unroll
-            for (int c = 0; c < NV; ++c) {
-                uint32_t b[2];
-                fragment_b_rows(b, t.dh_hi, kk, vc0 + 8 * c);
-                H::mma(dv[c], a, b);
-                if (PerKey) H::mma(dv[c], a_lo, b);
-                if (!split) continue;
-                fragment_b_rows(b, t.dh_lo, kk, vc0 + 8 * c);
-                H::mma(dv[c], a, b);
-            }
-        }
-        if constexpr (!PerKey)
-#pragma unroll
-            for (int c = 0; c < NV; ++c)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) dv[c][e] *= fast_exp(last - t.G[row_of(e)]);
-        add_scores_times<T, true>(dv, t.A, t.d_o, r0, r0, kRows, vc0);
-#pragma unroll
-        for (int c = 0; c < NV; ++c)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = row_of(e), col = v0 + vc0 + 8 * c + col_of(e);
-                if (j < len && col < p.dv)
-                    store(d.dv.data, d.dv.dtype, at(d.dv, ch.s, ch.c0 + j, h) + col, dv[c][e]);
-            }
+        if (lane == 0) t.hdh[warp] = state_sum, t.kdk[warp] = kdk;
     }
 
     // dg: dG summed from the chunk's end, per key or over keys
@@ -463,9 +471,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
         if (p.gate != Gate::per_head || threadIdx.x != 0) return;
         float state_carry = 0.f, k_carry = 0.f;
-        for (int w = 0; w < kThreads / 32; ++w) state_carry += t.hdh[w], k_carry += t.kdk[w];
+        for (int w = 0; w < kWarps; ++w) state_carry += t.hdh[w], k_carry += t.kdk[w];
         const auto dG = [&](int i) {
-            return t.dGq[0][i] + t.dGq[1][i] - (t.dGk[0][i] + t.dGk[1][i]);
+            float x = 0.f;
+#pragma unroll
+            for (int q = 0; q < kParts; ++q) x += t.dGq[q][i] - t.dGk[q][i];
+            return x;
         };
         float run = dG(len - 1) + (fast_exp(last) * state_carry + k_carry);
         for (int i = len - 1;; --i) {
@@ -488,8 +499,10 @@ void launch(const GatedLinearProblem& p, const GatedLinearGrads& d, const void* 
     const bool vec_qk = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk);
     const bool vec_vo = rows_aligned(p.v, p.dv) && rows_aligned(d.d_o, p.dv);
     const bool vec_g = PerKey && p.g.dtype == DType::f32 && rows_aligned(p.g, p.dk);
+    const auto aligned = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+    const bool vec_state = p.dv % 4 == 0 && aligned(hs) && aligned(dhs);
     kernel<<<dim3(unsigned(slots), unsigned(p.heads)), kThreads, bytes, stream>>>(
-        p, d, hs, dhs, vec_qk, vec_vo, vec_g);
+        p, d, hs, dhs, vec_qk, vec_vo, vec_g, vec_state);
     check_cuda(cudaGetLastError(), "gated linear tensor-core grads");
 }
 
