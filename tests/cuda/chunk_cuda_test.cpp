@@ -64,8 +64,8 @@ std::vector<Case> cases() {
             c.head_first = true, c.cu = ragged, c.B = 1, c.T = 164, c.in = at::kHalf;
             out.push_back(c);
         }
-    // heads enough that the forwards take value tiles of 128, one block of eight warps to a
-    // streaming multiprocessor
+    // heads enough that the forwards take value tiles of 128, one block to a streaming
+    // multiprocessor, with keys of 128 and of 64 (K = 60)
     for (const std::string family : {"simple_gla", "gla"})
         for (const auto state : {at::kFloat, at::kBFloat16}) {
             Case c;
@@ -75,6 +75,8 @@ std::vector<Case> cases() {
             out.push_back(c);
             c.head_first = true, c.cu = ragged, c.B = 1, c.T = 164, c.in = at::kHalf;
             c.K = 100, c.V = 100;
+            out.push_back(c);
+            c.K = 60, c.V = 128;
             out.push_back(c);
         }
     // gla's gate decaying so fast (~e^-6 a step) that its diagonal blocks are summed element
