@@ -291,14 +291,8 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
                 uint32_t a[4];
                 fragment_a(a, t.qd, r0, kk);
 #pragma unroll
-                for (int c = 0; c < NT; ++c) {
-                    uint32_t b[2];
-                    fragment_b_rows(b, t.s_hi, kk, cv0 + 8 * c);
-                    H::mma(o[c], a, b);
-                    if (!split) continue;
-                    fragment_b_rows(b, t.s_lo, kk, cv0 + 8 * c);
-                    H::mma(o[c], a, b);
-                }
+                for (int c = 0; c < NT; ++c)
+                    mma_split_rows(o[c], a, a, false, t.s_hi, t.s_lo, kk, cv0 + 8 * c, split);
             }
             for (int kk = 0; kk <= r0; kk += 16) {
                 uint32_t a[4];

@@ -287,15 +287,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 fragment_a(a, t.k, r0, kk);
             }
 #pragma unroll
-            for (int c = 0; c < NV; ++c) {
-                uint32_t b[2];
-                fragment_b_rows(b, t.dh_hi, kk, vc0 + 8 * c);
-                H::mma(dv[c], a, b);
-                if (PerKey) H::mma(dv[c], a_lo, b);
-                if (!split) continue;
-                fragment_b_rows(b, t.dh_lo, kk, vc0 + 8 * c);
-                H::mma(dv[c], a, b);
-            }
+            for (int c = 0; c < NV; ++c)
+                mma_split_rows(dv[c], a, a_lo, PerKey, t.dh_hi, t.dh_lo, kk, vc0 + 8 * c, split);
         }
         if constexpr (!PerKey)
 #pragma unroll

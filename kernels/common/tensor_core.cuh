@@ -280,6 +280,23 @@ __device__ __forceinline__ void mma_split(float (&c)[4], const uint32_t (&a_hi)[
     Half16<T>::mma(c, a_lo, b_hi);
 }
 
+/// acc += (a + a_lo)·(x_hi + x_lo) less a_lo·x_lo, for the B fragment (contraction k0,
+/// columns n0) of a tile stored [contraction][column] as two halves: the a_lo term only with
+/// `a_split`, the x_lo term only with `x_split`.
+template <typename T, int P>
+__device__ __forceinline__ void mma_split_rows(float (&acc)[4], const uint32_t (&a)[4],
+                                               const uint32_t (&a_lo)[4], bool a_split,
+                                               const T (*x_hi)[P], const T (*x_lo)[P], int k0,
+                                               int n0, bool x_split) {
+    uint32_t b[2];
+    fragment_b_rows(b, x_hi, k0, n0);
+    Half16<T>::mma(acc, a, b);
+    if (a_split) Half16<T>::mma(acc, a_lo, b);
+    if (!x_split) return;
+    fragment_b_rows(b, x_lo, k0, n0);
+    Half16<T>::mma(acc, a, b);
+}
+
 /// Whether every row of x starts 16-byte aligned and `width` elements are whole 16 bytes.
 inline bool rows_aligned(const Strided& x, int width) {
     const int per16 = x.dtype == DType::f32 ? 4 : 8;
