@@ -4,8 +4,8 @@
 // One block per (chunk, head), as chunk_grads in gated_linear_chunk.cu, with the same formulas
 // and the same contract; its 16 warps take four parts of each 16-row block's columns, and the
 // scores come first so that each value tile's dv is done while the tile is loaded. The
-// contract: scores and their gradients stay fp32, and the stored states h and dh
-// are read as stored. fp32 operands (the scores, decayed keys and queries, and the states
+// contract: scores and their gradients stay fp32, and the stored states h and dh are read as
+// stored. fp32 operands (the scores, decayed keys and queries, and the states
 // unless stored in the input dtype) enter the mma as two 16-bit halves, hi + lo, so each
 // product keeps ~16 significant bits; 16-bit inputs enter exactly.
 //   dq = scale·exp(G) ⊙ (d_o hᵀ) + Σ_j dA_ij k_j ⊙ exp(G_i − G_j)      dA = scale · masked d_o vᵀ
