@@ -485,8 +485,7 @@ void launch(const GatedLinearProblem& p, const GatedLinearGrads& d, const void* 
             cudaStream_t stream) {
     const auto kernel = chunk_grads_tc<T, KT, PerKey>;
     const int bytes = int(sizeof(GradTiles<T, KT, PerKey>));
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-               "gated linear tensor-core grads");
+    take_shared_memory(kernel, bytes, "gated linear tensor-core grads");
     const int64_t slots = chunk_slots(p.seqs, p.chunk);
     if (slots == 0) return;
     const bool vec_qk = rows_aligned(p.q, p.dk) && rows_aligned(p.k, p.dk);
