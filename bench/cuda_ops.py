@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+TIME_TARGET = 0.8  # ours/FLA, median against median
 DEFAULT_SHAPES = "B4_T2048_H16_D128,B1_T8192_H96_D128,B8_T1024_H8_D64"
 DRY_RUN_SHAPES = "B2_T100_H2_D16,B1_T67_H3_D8"
 CHUNK_OPS = ["chunk_simple_gla", "chunk_gla", "chunk_hgrn"]
@@ -777,8 +778,11 @@ def table_rows(results: list[dict], err_slack: float) -> list[list[str]]:
         for pname, tensors in (("fwd", ["o", "ht"]), ("fwd+bwd", ["d" + n for n in fam_inputs])):
             po, pf = _pass(ours, pname), _pass(fla, pname)
             ratio = pct_o = pct_f = "-"
+            exact = None
             if po and pf and "median_ms" in po and "median_ms" in pf:
-                ratio = f"{po['median_ms'] / pf['median_ms']:.2f}"
+                # judged unrounded: 0.8007 misses even though it prints as 0.80 to two places
+                exact = po["median_ms"] / pf["median_ms"]
+                ratio = f"{exact:.3f}"
             if po and po.get("pct_of_peak") is not None:
                 pct_o = f"{po['pct_of_peak']:.0f}%"
             if pf and pf.get("pct_of_peak") is not None:
@@ -793,8 +797,8 @@ def table_rows(results: list[dict], err_slack: float) -> list[list[str]]:
                 return f"{e[1]:.2e} ({e[0]})" if e else "-"
 
             verdict = []
-            if ratio != "-":
-                verdict.append("time ok" if float(ratio) <= 0.8 else "time MISS")
+            if exact is not None:
+                verdict.append("time ok" if exact <= TIME_TARGET else "time MISS")
             if eo and ef:
                 verdict.append("err ok" if eo[1] <= ef[1] * (1.0 + err_slack) else "err MISS")
             if po and "median_ms" in po and not (pf and "median_ms" in pf):
@@ -826,8 +830,8 @@ def markdown(doc: dict) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines += [
         "",
-        f"targets: ours/FLA <= 0.8 and worst rel_rmse (vs fp64) no worse than FLA's (within "
-        f"{100 * slack:g}%, --err-slack). "
+        f"targets: ours/FLA <= {TIME_TARGET}, unrounded, and worst rel_rmse (vs fp64) no worse "
+        f"than FLA's (within {100 * slack:g}%, --err-slack). "
         "fwd rows show the errors of o and the final state ht; fwd+bwd rows those of the input "
         "gradients. first call: wall time of the first call in this process (FLA's includes "
         "Triton JIT and autotuning; the Triton cache starts empty unless --triton-cache).",
@@ -1022,7 +1026,7 @@ def main(argv=None) -> int:
                    "timer": "CUDA events" if device == "cuda" else "perf_counter"},
         "peak_gbps": peak, "peak_source": peak_source,
         "bytes_formula": BYTES_FORMULA,
-        "targets": "ours/FLA time <= 0.8; rel_rmse vs fp64 no worse than FLA's",
+        "targets": f"ours/FLA time <= {TIME_TARGET}; rel_rmse vs fp64 no worse than FLA's",
         "lav": {k: lib[k] for k in ("path", "loaded", "error")},
         "fla": fla_state,
         "results": [], "skipped": [],
