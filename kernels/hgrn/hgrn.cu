@@ -10,7 +10,7 @@
 // chunk ends (fp32, stored per chunk in the state dtype), and the chunks then add the decayed
 // entering state to their local scans in parallel. The backward does the same with the reverse
 // scan of d_o, recomputing the chunk states; every step is the CPU chunk backend's
-// (hgrn_cpu.cpp) in the same order.
+// (hgrn_cpu.cpp) in the same order, but for each chunk's reverse-scan carry (chunk_local).
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -145,6 +145,21 @@ __device__ __forceinline__ void for_rows(const Strided& g, const Strided& x, con
     }
 }
 
+/// Calls f(i, g_i, x_i, d_i) for the chunk's rows i = 0, 1, ... in order.
+template <typename F>
+__device__ __forceinline__ void for_rows(const Strided& g, const Strided& x, const Strided& d,
+                                         const Chunk& ch, int h, int key, F&& f) {
+    for (int i0 = 0; i0 < ch.len; i0 += kBatch) {
+        float gs[kBatch], xs[kBatch], ds[kBatch];
+        load_batch(gs, g, ch, h, key, i0);
+        load_batch(xs, x, ch, h, key, i0);
+        load_batch(ds, d, ch, h, key, i0);
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+            if (i0 + u < ch.len) f(i0 + u, gs[u], xs[u], ds[u]);
+    }
+}
+
 /// Calls f(i, g_i, x_i) for the chunk's rows i = len − 1, len − 2, ... in order.
 template <typename F>
 __device__ __forceinline__ void for_rows_reversed(const Strided& g, const Strided& x,
@@ -173,24 +188,30 @@ __device__ __forceinline__ bool chunk_channel_of(const HgrnProblem& p, Chunk& ch
 /// Per chunk: the local scan's last value y, the chunk's gate sum Λ (the cumsum's last G, in
 /// the same order) and, for the backward, the reverse scan's carry into the chunk's start,
 /// exp(g_0) z_0 with z_i = d_o_i + exp(g_{i+1}) z_{i+1} from a zero gradient at its end.
+/// Unrolled, that carry is Σ_i exp(G_i) d_o_i, which the same forward pass sums: the CPU
+/// backend forms it by the reverse scan, so the two differ by fp32 rounding only.
 __global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm)
     chunk_local(HgrnProblem p, Strided d_o, ChunkScratch w) {
     Chunk ch;
     int h, key;
     int64_t slot;
     if (!chunk_channel_of(p, ch, h, key, slot)) return;
-    float y = 0.f, G = 0.f;
-    for_rows(p.g, p.x, ch, h, key, [&](int, float g, float x) {
+    float y = 0.f, G = 0.f, carry = 0.f;
+    const auto scan = [&](float g, float x) {
         G += g;
         y = expf(g) * y + x;
-    });
+    };
+    if (w.z_first == nullptr) {
+        for_rows(p.g, p.x, ch, h, key, [&](int, float g, float x) { scan(g, x); });
+    } else {
+        for_rows(p.g, p.x, d_o, ch, h, key, [&](int, float g, float x, float d) {
+            scan(g, x);
+            carry += expf(G) * d;
+        });
+        w.z_first[slot] = carry;
+    }
     w.y_last[slot] = y;
     w.g_last[slot] = G;
-    if (w.z_first == nullptr) return;
-    float carry = 0.f;
-    for_rows_reversed(p.g, d_o, ch, h, key,
-                      [&](int, float g, float d) { carry = expf(g) * (d + carry); });
-    w.z_first[slot] = carry;
 }
 
 /// Per sequence and channel: the state entering each chunk, S ← y_last + exp(Λ) S from h0,
@@ -204,18 +225,32 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t first = first_slot(p.seqs, p.chunk, c.n, c.s);
     const int64_t chunks = (c.s.len + p.chunk - 1) / p.chunk;
     const auto at_slot = [&](int64_t k) { return ((first + k) * p.heads + c.h) * p.width + c.key; };
-    float S = p.h0 != nullptr ? load(p.h0, p.state, c.state) : 0.f;
-    for (int64_t k = 0; k < chunks; ++k) {
-        w.h[at_slot(k)] = rounded(S, p.state);
-        S = w.y_last[at_slot(k)] + expf(w.g_last[at_slot(k)]) * S;
-    }
+    // the chunks' summaries do not depend on the carry: a batch of them is loaded before it
+    // is stepped through, so that their loads are in flight together
+    const auto carry_over = [&](const float* add, float* store_at, float S, bool reverse) {
+        for (int64_t k0 = 0; k0 < chunks; k0 += kBatch) {
+            float adds[kBatch], gates[kBatch];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+                const int64_t k = reverse ? chunks - 1 - (k0 + u) : k0 + u;
+                adds[u] = k0 + u < chunks ? add[at_slot(k)] : 0.f;
+                gates[u] = k0 + u < chunks ? w.g_last[at_slot(k)] : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+                if (k0 + u >= chunks) break;
+                store_at[at_slot(reverse ? chunks - 1 - (k0 + u) : k0 + u)] = rounded(S, p.state);
+                S = adds[u] + expf(gates[u]) * S;
+            }
+        }
+        return S;
+    };
+    const float S =
+        carry_over(w.y_last, w.h, p.h0 != nullptr ? load(p.h0, p.state, c.state) : 0.f, false);
     if (p.ht != nullptr) store(p.ht, p.state, c.state, S);
     if (w.dh == nullptr) return;
-    float dS = dht != nullptr ? load(dht, p.state, c.state) : 0.f;
-    for (int64_t k = chunks - 1; k >= 0; --k) {
-        w.dh[at_slot(k)] = rounded(dS, p.state);
-        dS = w.z_first[at_slot(k)] + expf(w.g_last[at_slot(k)]) * dS;
-    }
+    const float dS =
+        carry_over(w.z_first, w.dh, dht != nullptr ? load(dht, p.state, c.state) : 0.f, true);
     if (dh0 != nullptr) store(dh0, p.state, c.state, dS);
 }
 
