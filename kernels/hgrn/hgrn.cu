@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm)
     int h, key;
     int64_t slot;
     if (!chunk_channel_of(p, ch, h, key, slot)) return;
-    float y = 0.f, G = 0.f, carry = 0.f;
+    float y = 0.f, G = 0.f;
     const auto scan = [&](float g, float x) {
         G += g;
         y = expf(g) * y + x;
@@ -204,6 +204,7 @@ __global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm)
     if (w.z_first == nullptr) {
         for_rows(p.g, p.x, ch, h, key, [&](int, float g, float x) { scan(g, x); });
     } else {
+        float carry = 0.f;
         for_rows(p.g, p.x, d_o, ch, h, key, [&](int, float g, float x, float d) {
             scan(g, x);
             carry += expf(G) * d;
