@@ -58,7 +58,10 @@ __global__ void __launch_bounds__(2 * BV, BV < 128 ? 2 : 1)
     constexpr int kWarps = BV / 16, kThreads = 32 * kWarps;
     constexpr int NK = KT / 8;     // 8-key tiles of the warp's state
     constexpr int NR = kRows / 8;  // 8-row tiles of the warp's outputs
-    constexpr int kPerWarp = (kScoreTiles + kWarps - 1) / kWarps;
+    // score tiles per warp: the first kExtra warps take one more, one warp on each of the four
+    // schedulers of the multiprocessor (warp % 4)
+    constexpr int kBase = kScoreTiles / kWarps, kExtra = kScoreTiles % kWarps;
+    constexpr int kPerWarp = kBase + (kExtra > 0 ? 1 : 0);
     constexpr int kE = sizeof(T), PK = Tile::PK, PV = Tile::PV, PR = Tile::PR;
     static_assert(kThreads >= kRows, "value tiles of 32 columns or more");
     extern __shared__ float4 smem[];
@@ -66,10 +69,9 @@ __global__ void __launch_bounds__(2 * BV, BV < 128 ? 2 : 1)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g8 = lane / 4, t4 = lane % 4;
     const int n = blockIdx.x / p.heads, h = blockIdx.x % p.heads, v0 = blockIdx.y * BV;
     const int w16 = 16 * warp;  // the warp's first value within the tile
-    // the warp's m-th score tile; with 8 warps the last ones go short
-    const auto has_tile = [&](int m) {
-        return kPerWarp * kWarps == kScoreTiles || kPerWarp * warp + m < kScoreTiles;
-    };
+    // the warp's m-th score tile
+    const int tile0 = kBase * warp + (warp < kExtra ? warp : kExtra);
+    const auto has_tile = [&](int m) { return m < kBase || warp < kExtra; };
     const Span s = span(p.seqs, n);
     const int64_t own = (int64_t(n) * p.heads + h) * p.dk * p.dv;
     const int64_t chunks = (s.len + p.chunk - 1) / p.chunk;
@@ -180,7 +182,7 @@ __global__ void __launch_bounds__(2 * BV, BV < 128 ? 2 : 1)
 #pragma unroll
             for (int m = 0; m < kPerWarp; ++m) {
                 int rb, c;
-                score_tile(kPerWarp * warp + m, rb, c);
+                score_tile(tile0 + m, rb, c);
                 qa[m] = fragment_a_address(t.q[b], 16 * rb, 0);
                 kb[m] = fragment_b_address(t.k[b], 8 * c, 0);
             }
@@ -198,7 +200,7 @@ __global__ void __launch_bounds__(2 * BV, BV < 128 ? 2 : 1)
             for (int m = 0; m < kPerWarp; ++m) {
                 if (!has_tile(m)) continue;
                 int rb, c;
-                score_tile(kPerWarp * warp + m, rb, c);
+                score_tile(tile0 + m, rb, c);
                 const int j = 8 * c + 2 * t4;
                 const float gj0 = G[j], gj1 = G[j + 1];
 #pragma unroll
