@@ -33,8 +33,8 @@ namespace lav::cuda {
 namespace {
 
 constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
-// warp w takes rows [16·(w % 4), + 16) of a chunk and half w / 4 of a value tile; two warps
-// per scheduler hide each other's latencies
+// warp w takes rows [16·row_block(w), + 16) of a chunk and half w / 4 of a value tile
+// (gated_linear_tc.cuh); two warps per scheduler hide each other's latencies
 constexpr int kWarps = 8;
 constexpr int kParts = kWarps / 4;  // warps per 16-row block (gated_linear_tc.cuh)
 constexpr int kThreads = 32 * kWarps;
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(PerKey, Outputs))
     const int64_t first = first_slot(p.seqs, p.chunk, n, s);
     const int64_t own = (int64_t(n) * p.heads + h) * p.dk * p.dv;
     const bool split = p.state != H::dtype;
-    const int block = warp % 4, half = warp / 4;
+    const int block = row_block(warp), half = warp / 4;
     const int r0 = 16 * block, cv0 = half * BV / 2;
     // a 16-bit per-key gate goes through g_rows only when its rows are copied whole
     const bool g16 = p.g.dtype != DType::f32 && g_vec;

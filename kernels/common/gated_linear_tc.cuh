@@ -1,17 +1,24 @@
 // kernels/common/gated_linear_tc.cuh — device code the tensor-core gated linear kernels share:
 // the intra-chunk score tiles of a 64-row chunk, and gla's per-key decayed scores.
 //
-// The warps of a 16-row block split its columns into Parts parts: warp w takes rows
-// [r0, r0 + 16), r0 = 16·(w % 4), and part w / 4 (the forward's 8 warps make 2 parts, the
-// backward's 16 make 4). Of the 8-column score tiles c ≤ 2·(w % 4) + 1 that reach the
-// diagonal, the warp takes those with c % Parts = part: tile c = Parts·m + part is its m-th,
-// held in acc[m].
+// The warps of a 16-row block split its columns into Parts parts: warp w takes part w / 4 of
+// the rows [r0, r0 + 16), r0 = 16·row_block(w) (the forward's 8 warps make 2 parts, the
+// backward's 16 make 4). Of the 8-column score tiles c ≤ r0 / 8 + 1 that reach the diagonal,
+// the warp takes those with c % Parts = part: tile c = Parts·m + part is its m-th, held in
+// acc[m].
 #pragma once
 
 #include "common/gated_linear_cuda.h"
 #include "common/tensor_core.cuh"
 
 namespace lav::cuda {
+
+/// The 16-row block of warp w. Warps w, w + 4, ... issue on one scheduler (w % 4), and a
+/// block's score tiles grow with its index (2, 4, 6, 8), so odd parts take the blocks in
+/// reverse and each scheduler carries the same number of tiles.
+__device__ __forceinline__ int row_block(int warp) {
+    return warp / 4 % 2 == 0 ? warp % 4 : 3 - warp % 4;
+}
 
 /// Score tiles a warp of Parts holds.
 template <int Parts>

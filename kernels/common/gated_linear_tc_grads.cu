@@ -26,8 +26,8 @@ namespace lav::cuda {
 namespace {
 
 constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
-// warp w takes rows [16·(w % 4), + 16) of a chunk and part w / 4 of the key and value columns
-// (gated_linear_tc.cuh); four warps per scheduler hide each other's latencies
+// warp w takes rows [16·row_block(w), + 16) of a chunk and part w / 4 of the key and value
+// columns (gated_linear_tc.cuh); four warps per scheduler hide each other's latencies
 constexpr int kParts = 4;
 constexpr int kWarps = 4 * kParts;
 constexpr int kThreads = 32 * kWarps;
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ float4 smem[];
     Tile& t = *reinterpret_cast<Tile*>(smem);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g8 = lane / 4, t4 = lane % 4;
-    const int block = warp % 4, part = warp / 4, r0 = 16 * block;
+    const int part = warp / 4, r0 = 16 * row_block(warp);
     const int kc0 = part * KT / kParts, vc0 = part * kTileV / kParts;
     const int h = blockIdx.y;
     const Chunk ch = chunk_at(p.seqs, p.chunk, blockIdx.x);
