@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(2 * BV, BV < 128 ? 2 : 1)
     // schedulers of the multiprocessor (warp % 4)
     constexpr int kBase = kScoreTiles / kWarps, kExtra = kScoreTiles % kWarps;
     constexpr int kPerWarp = kBase + (kExtra > 0 ? 1 : 0);
+    static_assert(kExtra <= 4, "the extra score tiles go one to a scheduler");
     constexpr int kE = sizeof(T), PK = Tile::PK, PV = Tile::PV, PR = Tile::PR;
     static_assert(kThreads >= kRows, "value tiles of 32 columns or more");
     extern __shared__ float4 smem[];
