@@ -4,7 +4,8 @@
 //   o_t = Σ_s (1 + x_ts + x_ts²/2) v_s / (Σ_s (1 + x_ts + x_ts²/2) + 1e-6)
 // (without use_norm, just the numerator), as FLA's parallel_based (fla/ops/based/parallel.py).
 // Based has no recurrent state in FLA's API, and none here: the op is o from q, k, v.
-// Every tensor is float64 and head_last (NUMERICS.md rule 1). Shares no code with kernels/.
+// Every tensor is float64 and head_last (reference/README.md, rule 1). Shares no code with
+// kernels/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -6,7 +6,7 @@
 // before the decay, as FLA's kernels (fla/ops/comba/chunk.py) and naive_chunk_comba do.
 // use_qk_l2norm_in_kernel normalises q, k and p: x ← x / sqrt(Σ x² + 1e-6), gradients included.
 // Every tensor is float64 and head_last; any other dtype is a harness bug and throws
-// InternalError (NUMERICS.md rule 1). Shares no code with kernels/.
+// InternalError (reference/README.md, rule 1). Shares no code with kernels/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -14,7 +14,7 @@
 
 namespace lav::ref::common {
 
-/// NUMERICS.md rule 1: a non-fp64 tensor here is a harness bug, not a user error.
+/// reference/README.md, rule 1: a non-fp64 tensor here is a harness bug, not a user error.
 inline void assert_fp64(const char* family, const at::Tensor& t, const char* name) {
     LAV_ASSERT(!t.defined() || t.scalar_type() == at::kDouble, "the ", family,
                " reference takes fp64 tensors only, got ", name, " of dtype ", t.scalar_type());
@@ -41,7 +41,8 @@ inline void contract_out(at::Tensor& out, at::Tensor& scratch, const at::Tensor&
     at::sum_out(out, scratch, dims);
 }
 
-/// ⌈√n⌉: the checkpoint interval that keeps a reverse sweep at O(√L) states (NUMERICS.md rule 5).
+/// ⌈√n⌉: the checkpoint interval that keeps a reverse sweep at O(√L) states
+/// (reference/README.md, rule 5).
 inline int64_t ceil_sqrt(int64_t n) {
     int64_t c = static_cast<int64_t>(std::sqrt(static_cast<double>(n)));
     while (c * c < n) ++c;

@@ -185,7 +185,8 @@ DeltaRuleGrads delta_rule_bwd(const DeltaRuleInputs& in, const at::Tensor& d_o,
             dht.defined() ? dht.select(0, seq.index).clone() : at::zeros({H, d.K, d.V}, opts);
         if (L > 0) {
             Workspace w(d, opts);
-            // memory O(√L) states (NUMERICS.md rule 5): keep the state entering every c-th step
+            // memory O(√L) states (reference/README.md, rule 5): keep the state entering
+            // every c-th step
             const int64_t c = ceil_sqrt(L);
             const int64_t num_segments = (L + c - 1) / c;
             at::Tensor checkpoints = at::empty({num_segments, H, d.K, d.V}, opts);  // [NS, H, K, V]

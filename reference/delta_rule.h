@@ -4,8 +4,8 @@
 // (S_{-1} = h0), i.e. S_t = (I − β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ. With
 // use_qk_l2norm_in_kernel, q and k are first replaced by x / sqrt(Σ x² + 1e-6) and gradients
 // flow through that normalisation. Every tensor is float64 and head_last ([B, T, H, D]); a
-// tensor of any other dtype is a harness bug and throws InternalError (NUMERICS.md rule 1).
-// Shares no code with kernels/.
+// tensor of any other dtype is a harness bug and throws InternalError
+// (reference/README.md, rule 1). Shares no code with kernels/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

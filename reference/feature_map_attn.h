@@ -40,7 +40,7 @@ constexpr int64_t kRowBlock = 256;
 inline void check(const Problem& p) {
     for (const auto* t : {&p.q, &p.k, &p.v}) {
         LAV_ASSERT(t->defined(), p.family, " reference called without q, k or v");
-        // NUMERICS.md rule 1: a non-fp64 tensor here is a harness bug, not a user error
+        // reference/README.md, rule 1: a non-fp64 tensor here is a harness bug, not a user error
         LAV_ASSERT(t->scalar_type() == at::kDouble, "the ", p.family,
                    " reference takes fp64 tensors only, got ", t->scalar_type());
     }

@@ -232,8 +232,8 @@ GatedDeltaProductGrads gated_delta_product_bwd(const GatedDeltaProductInputs& in
             dht.defined() ? dht.select(0, seq.index).clone() : at::zeros({H, d.K, d.V}, opts);
         if (L > 0) {
             Workspace w(d, opts);
-            // memory O(√L) tokens' states (NUMERICS.md rule 5): keep the state entering every
-            // c-th token
+            // memory O(√L) tokens' states (reference/README.md, rule 5): keep the state entering
+            // every c-th token
             const int64_t c = ceil_sqrt(L);
             const int64_t num_segments = (L + c - 1) / c;
             at::Tensor checkpoints = at::empty({num_segments, H, d.K, d.V}, opts);

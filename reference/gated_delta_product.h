@@ -8,8 +8,8 @@
 // q and g are per token ([B, T, H, ·]); k, v and β are per sub-step, interleaved along time as
 // FLA lays them out: row t·n + j of the [B, T·n, H, ·] tensors is sub-step j of token t.
 // use_qk_l2norm_in_kernel normalises q and every k as x / sqrt(Σ x² + 1e-6). Every tensor is
-// float64 and head_last; anything else is a harness bug and throws InternalError (NUMERICS.md
-// rule 1). Shares no code with kernels/.
+// float64 and head_last; anything else is a harness bug and throws InternalError
+// (reference/README.md, rule 1). Shares no code with kernels/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

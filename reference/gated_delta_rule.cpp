@@ -240,7 +240,8 @@ GatedDeltaRuleGrads gated_delta_rule_bwd(const GatedDeltaRuleInputs& in, const a
             dht.defined() ? dht.select(0, seq.index).clone() : at::zeros({HV, d.K, d.V}, opts);
         if (L > 0) {
             Workspace w(d, opts);
-            // memory O(√L) states (NUMERICS.md rule 5): keep the state entering every c-th step
+            // memory O(√L) states (reference/README.md, rule 5): keep the state entering
+            // every c-th step
             const int64_t c = ceil_sqrt(L);
             const int64_t num_segments = (L + c - 1) / c;
             at::Tensor checkpoints = at::empty({num_segments, HV, d.K, d.V}, opts);

@@ -10,7 +10,7 @@
 //   use_gate_in_kernel:         g ← −exp(A_log[hv]) · softplus(g + dt_bias[hv])
 //   use_beta_sigmoid_in_kernel: β ← sigmoid(β), times 2 with allow_neg_eigval
 // Every tensor is float64 and head_last; a tensor of any other dtype is a harness bug and
-// throws InternalError (NUMERICS.md rule 1). Shares no code with kernels/.
+// throws InternalError (reference/README.md, rule 1). Shares no code with kernels/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

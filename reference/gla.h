@@ -4,7 +4,7 @@
 // with g_t ∈ R^K a log decay per key dimension (GLA; HGRN2 is the same op). Every tensor is
 // float64 and head_last ([B, T, H, D]); the harness widens the quantised kernel inputs to fp64
 // and permutes layouts before calling. Shares no code with kernels/. A tensor of any other
-// dtype is a harness bug: it throws InternalError (NUMERICS.md rule 1).
+// dtype is a harness bug: it throws InternalError (reference/README.md, rule 1).
 //
 //   GlaInputs in{q, k, v, g};        // fp64, [B, T, H, K] / [B, T, H, V]
 //   GlaOutputs out = gla_fwd(in);

@@ -174,7 +174,8 @@ GsaGrads gsa_bwd(const GsaInputs& in, const at::Tensor& d_o, const at::Tensor& d
         at::Tensor dHv = dhvt.defined() ? dhvt.select(0, seq.index).clone()
                                         : at::zeros({H, d.M, d.V}, opts);  // [H, M, V]
         if (L > 0) {
-            // memory O(√L) states (NUMERICS.md rule 5): keep both states entering every c-th step
+            // memory O(√L) states (reference/README.md, rule 5): keep both states entering every
+            // c-th step
             const int64_t c = ceil_sqrt(L);
             const int64_t num_segments = (L + c - 1) / c;
             at::Tensor ck_hk = at::empty({num_segments, H, d.K, d.M}, opts);  // [NS, H, K, M]

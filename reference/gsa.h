@@ -9,7 +9,7 @@
 //   o_t  = Hv_tᵀ p_t
 // Every tensor is float64 and head_last ([B, T, H, D]); the harness widens the quantised kernel
 // inputs and permutes layouts before calling. Shares no code with kernels/. A tensor of any
-// other dtype is a harness bug: it throws InternalError (NUMERICS.md rule 1).
+// other dtype is a harness bug: it throws InternalError (reference/README.md, rule 1).
 //
 //   GsaInputs in{q, k, v, s, g};     // fp64
 //   GsaOutputs out = gsa_fwd(in);

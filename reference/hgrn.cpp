@@ -107,7 +107,8 @@ HgrnGrads hgrn_bwd(const HgrnInputs& in, const at::Tensor& d_o, const at::Tensor
         at::Tensor dh =
             dht.defined() ? dht.select(0, seq.index).clone() : at::zeros({d.H, d.K}, opts);
         if (L > 0) {
-            // memory O(√L) states (NUMERICS.md rule 5): keep the state entering every c-th step
+            // memory O(√L) states (reference/README.md, rule 5): keep the state entering
+            // every c-th step
             const int64_t c = ceil_sqrt(L);
             const int64_t num_segments = (L + c - 1) / c;
             at::Tensor checkpoints = at::empty({num_segments, d.H, d.K}, opts);  // [NS, H, K]

@@ -6,7 +6,7 @@
 // [N, H, K]; the heads are independent and the split changes nothing in the math. Every tensor
 // is float64 and head_last; the harness widens the quantised kernel inputs to fp64 and
 // permutes layouts before calling. Shares no code with kernels/. A tensor of any other dtype is
-// a harness bug: it throws InternalError (NUMERICS.md rule 1).
+// a harness bug: it throws InternalError (reference/README.md, rule 1).
 //
 //   HgrnInputs in{x, g};            // fp64, [B, T, H, K]
 //   HgrnOutputs out = hgrn_fwd(in);

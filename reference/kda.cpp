@@ -210,7 +210,7 @@ CoreGrads core_bwd(const SequenceInputs& s, const at::Tensor& h0, const at::Tens
     at::Tensor dp = at::empty({d.HV, d.V}, opts);         // [HV, V]
     at::Tensor k_part = at::empty({d.HV, d.K}, opts);     // [HV, K]
 
-    // memory O(√L) states (NUMERICS.md rule 5): keep the state entering every c-th step
+    // memory O(√L) states (reference/README.md, rule 5): keep the state entering every c-th step
     const int64_t c = ceil_sqrt(L);
     const int64_t num_segments = (L + c - 1) / c;
     at::Tensor checkpoints = at::empty({num_segments, d.HV, d.K, d.V}, opts);  // [NS, HV, K, V]

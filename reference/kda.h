@@ -12,7 +12,7 @@
 //                               g ← lb · sigmoid(exp(A_log[hv]) · (g + dt_bias[hv, :]))
 //   use_beta_sigmoid_in_kernel: β is a logit: β ← sigmoid(β), times 2 with allow_neg_eigval
 // Every tensor is float64 and head_last; a tensor of any other dtype is a harness bug and
-// throws InternalError (NUMERICS.md rule 1).
+// throws InternalError (reference/README.md, rule 1).
 //
 //   KdaInputs in;  in.q = q; in.k = k; in.v = v; in.g = g; in.beta = beta;   // fp64
 //   KdaOutputs out = kda_fwd(in);

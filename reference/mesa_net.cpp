@@ -172,8 +172,8 @@ MesaNetGrads mesa_net_bwd(const MesaNetInputs& in, const at::Tensor& d_o, const 
         at::Tensor dQ = dht_kv.defined() ? dht_kv.select(0, seq.index).clone()
                                          : at::zeros({H, d.K, d.V}, opts);  // [H, K, V]
         if (L > 0) {
-            // memory O(√L) states (NUMERICS.md rule 5): keep both states entering every c-th
-            // step
+            // memory O(√L) states (reference/README.md, rule 5): keep both states entering every
+            // c-th step
             const int64_t c = ceil_sqrt(L);
             const int64_t num_segments = (L + c - 1) / c;
             at::Tensor ck_kk = at::empty({num_segments, H, d.K, d.K}, opts);

@@ -7,7 +7,7 @@
 // No scale (FLA's chunk_mesa_net has none). The solve is exact (LU in fp64), the ground truth
 // that FLA's conjugate-gradient iterations approximate. use_qk_l2norm_in_kernel normalises q
 // and k as x / sqrt(Σ x² + 1e-6). Every tensor is float64 and head_last; anything else is a
-// harness bug and throws InternalError (NUMERICS.md rule 1). Shares no code with kernels/.
+// harness bug and throws InternalError (reference/README.md, rule 1). Shares no code with kernels/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

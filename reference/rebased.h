@@ -4,7 +4,8 @@
 // else 1):
 //   o_t = Σ_s x_ts² v_s / (Σ_s x_ts² + eps)     (eps = 1e-5; without use_normalize, the sum)
 // as FLA's parallel_rebased (fla/ops/rebased/parallel.py). No recurrent state, as in FLA.
-// Every tensor is float64 and head_last (NUMERICS.md rule 1). Shares no code with kernels/.
+// Every tensor is float64 and head_last (reference/README.md, rule 1). Shares no code with
+// kernels/.
 #pragma once
 
 #include <ATen/core/Tensor.h>

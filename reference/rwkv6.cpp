@@ -148,7 +148,8 @@ Rwkv6Grads rwkv6_bwd(const Rwkv6Inputs& in, const at::Tensor& d_o, const at::Ten
         at::Tensor dS =
             dht.defined() ? dht.select(0, seq.index).clone() : at::zeros({H, d.K, d.V}, opts);
         if (L > 0) {
-            // memory O(√L) states (NUMERICS.md rule 5): keep the state entering every c-th step
+            // memory O(√L) states (reference/README.md, rule 5): keep the state entering
+            // every c-th step
             const int64_t P = ceil_sqrt(L);
             const int64_t num_segments = (L + P - 1) / P;
             at::Tensor checkpoints = at::empty({num_segments, H, d.K, d.V}, opts);  // [NS, H, K, V]

@@ -6,7 +6,7 @@
 // with w_t ∈ R^K a log decay per key dimension and u ∈ R^{H×K} a per-head bonus. q is FLA's r
 // (receptance). The output reads the state before the step, unlike the other families. Every
 // tensor is float64 and head_last ([B, T, H, D]); a tensor of any other dtype is a harness bug
-// and throws InternalError (NUMERICS.md rule 1). Shares no code with kernels/.
+// and throws InternalError (reference/README.md, rule 1). Shares no code with kernels/.
 //
 //   Rwkv6Inputs in{q, k, v, w, u};     // fp64
 //   Rwkv6Outputs out = rwkv6_fwd(in);

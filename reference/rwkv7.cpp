@@ -169,7 +169,8 @@ Rwkv7Grads rwkv7_bwd(const Rwkv7Inputs& in, const at::Tensor& d_o, const at::Ten
             at::Tensor scratch = at::empty({H, d.K, d.V}, opts);  // [H, K, V]
             at::Tensor ha = at::empty({H, d.V}, opts);            // [H, V]
             at::Tensor gb = at::empty({H, d.V}, opts);            // [H, V]
-            // memory O(√L) states (NUMERICS.md rule 5): keep the state entering every P-th step
+            // memory O(√L) states (reference/README.md, rule 5): keep the state entering
+            // every P-th step
             const int64_t P = ceil_sqrt(L);
             const int64_t num_segments = (L + P - 1) / P;
             at::Tensor checkpoints = at::empty({num_segments, H, d.K, d.V}, opts);  // [NS, H, K, V]

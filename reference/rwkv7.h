@@ -5,7 +5,7 @@
 // in the K×V orientation of FLA's kernels (S_{-1} = h0), i.e. S_t = (D_t + b_t a_tᵀ) S_{t-1} +
 // k_t v_tᵀ; a_tᵀ S reads the state before the decay. Without w (IPLR) D_t = I. q is FLA's r.
 // Every tensor is float64 and head_last ([B, T, H, D]); a tensor of any other dtype is a
-// harness bug and throws InternalError (NUMERICS.md rule 1). Shares no code with kernels/.
+// harness bug and throws InternalError (reference/README.md, rule 1). Shares no code with kernels/.
 //
 //   Rwkv7Inputs in{q, w, k, v, a, b};     // fp64; w undefined for IPLR
 //   Rwkv7Outputs out = rwkv7_fwd(in);

@@ -4,7 +4,8 @@
 // Every tensor is float64 and head_last ([B, T, H, D]); the harness widens the quantised
 // kernel inputs to fp64 and permutes layouts before calling. Shares no code with kernels/.
 // g_t is g[b, t, h], or g_gamma[h], or their sum when both are given, or 0 without either.
-// A tensor of any other dtype is a harness bug: it throws InternalError (NUMERICS.md rule 1).
+// A tensor of any other dtype is a harness bug: it throws InternalError
+// (reference/README.md, rule 1).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -8,8 +8,8 @@
 
 namespace lav::metrics {
 
-/// The measures of NUMERICS.md for one tensor. rel_rmse and drift are NaN when the result holds
-/// a NaN or Inf, so a non-finite result can never pass a bound.
+/// The measures of one tensor (reports/SCHEMA.md, `metrics`). rel_rmse and drift are NaN when
+/// the result holds a NaN or Inf, so a non-finite result can never pass a bound.
 struct Measures {
     double rel_rmse = 0;                 ///< ‖x − ref‖₂ / ‖ref‖₂ (0 when both are zero)
     double max_abs = 0;                  ///< max |x − ref| over finite elements

@@ -49,7 +49,7 @@ struct DriftCurve {
     std::vector<double> rel_rmse;
 };
 
-/// A finding in NUMERICS.md's vocabulary (TOLERANCE, NONFINITE, OUTPUT_DTYPE_CONTRACT, ...).
+/// A finding; `kind` is a word of reports/SCHEMA.md's list (TOLERANCE, NONFINITE, ...).
 struct Finding {
     std::string kind;
     std::string tensor;

@@ -1,6 +1,6 @@
 // src/trace/analysis.h — findings, dtype histories and the table from a Trace; records nothing.
 //
-// Findings use NUMERICS.md's vocabulary; the harness turns them into report findings and
+// Findings use reports/SCHEMA.md's kinds; the harness turns them into report findings and
 // prints their history. Analyses look at depth-0 ops (the ops the traced code called), and
 // follow producers through ops of any depth.
 //

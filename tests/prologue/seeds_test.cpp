@@ -1,4 +1,4 @@
-// tests/prologue/seeds_test.cpp — SEED_CASES §2 (RWKV7 addcmul) and §5 (VAR normalize) replayed
+// tests/prologue/seeds_test.cpp — seed cases 2 (RWKV7 addcmul) and 5 (VAR normalize) replayed
 // from their scenario files: the dtypes the user reported, and the fixes that keep fp16.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>

@@ -22,8 +22,8 @@ namespace {
 using lav::test::record_error;
 using lav::test::rel_err;
 
-// NUMERICS.md rule 4. Measured (x86-64, LibTorch 2.11 CPU): the forms agree to 7.2e-15 on o and
-// ht, the gradients to 3.4e-16 of autograd's, so both bounds leave orders of margin.
+// reference/README.md, rule 4. Measured (x86-64, LibTorch 2.11 CPU): the forms agree to 7.2e-15 on
+// o and ht, the gradients to 3.4e-16 of autograd's, so both bounds leave orders of margin.
 constexpr double kFormsRelTol = 1e-12;
 constexpr double kGradRelTol = 1e-10;
 

@@ -19,8 +19,8 @@ namespace {
 
 using namespace lav::test;
 
-// NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
-// here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 1.1e-15 on o and ht, the
+// reference/README.md, rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10.
+// Measured here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 1.1e-15 on o and ht, the
 // gradients by at most 4e-16 from autograd, so both bounds leave two orders of margin or more.
 constexpr double kFormsRelTol = 1e-12;
 constexpr double kGradRelTol = 1e-10;

@@ -22,9 +22,9 @@ namespace {
 
 using test::rel_err;
 
-// NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
-// here (x86-64, LibTorch CPU): the forms differ by at most 1.1e-14 on o and ht, the gradients
-// by at most 2e-15 from autograd.
+// reference/README.md, rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10.
+// Measured here (x86-64, LibTorch CPU): the forms differ by at most 1.1e-14 on o and ht, the
+// gradients by at most 2e-15 from autograd.
 constexpr double kFormsRelTol = 1e-12;
 constexpr double kGradRelTol = 1e-10;
 

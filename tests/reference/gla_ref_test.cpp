@@ -19,9 +19,9 @@ namespace {
 
 using namespace lav::test;
 
-// NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
-// here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 6.5e-15 on o and ht (worst at
-// B2 T256 H4 K64 V64), the gradients by at most 3.4e-16 from autograd, so both bounds leave over
+// reference/README.md, rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10.
+// Measured here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 6.5e-15 on o and ht (worst
+// at B2 T256 H4 K64 V64), the gradients by at most 3.4e-16 from autograd, so both bounds leave over
 // two orders of margin above fp64 rounding.
 constexpr double kFormsRelTol = 1e-12;
 constexpr double kGradRelTol = 1e-10;

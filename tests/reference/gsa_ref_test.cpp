@@ -20,8 +20,8 @@ namespace {
 using test::expect_rel_err;
 using test::rel_err;
 
-// NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
-// here (x86-64, LibTorch 2.11 CPU, one thread): see reference/gsa.md for the worst values.
+// reference/README.md, rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10.
+// Measured here (x86-64, LibTorch 2.11 CPU, one thread): see reference/gsa.md for the worst values.
 constexpr double kFormsRelTol = 1e-12;
 constexpr double kGradRelTol = 1e-10;
 

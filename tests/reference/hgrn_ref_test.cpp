@@ -19,8 +19,8 @@ namespace {
 
 using namespace lav::test;
 
-// NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
-// here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 6.1e-15 on o and ht, the
+// reference/README.md, rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10.
+// Measured here (x86-64, LibTorch 2.11 CPU): the forms differ by at most 6.1e-15 on o and ht, the
 // gradients by 0 from autograd (both run the same elementwise operations in the same order),
 // so both bounds leave orders of margin above fp64 rounding.
 constexpr double kFormsRelTol = 1e-12;

@@ -16,9 +16,9 @@
 namespace lav::ref {
 namespace {
 
-// NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10. Measured
-// here (x86-64, LibTorch CPU): the forms differ by at most 6.3e-16, the gradients by at most
-// 4.6e-16 from autograd.
+// reference/README.md, rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10.
+// Measured here (x86-64, LibTorch CPU): the forms differ by at most 6.3e-16, the gradients by at
+// most 4.6e-16 from autograd.
 constexpr double kFormsRelTol = 1e-12;
 constexpr double kGradRelTol = 1e-10;
 

@@ -19,8 +19,9 @@ namespace {
 
 using namespace lav::test;
 
-// NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10; both sit
-// orders of magnitude above fp64 rounding at these sizes (measured values in reference/rwkv6.md).
+// reference/README.md, rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10; both
+// sit orders of magnitude above fp64 rounding at these sizes (measured values in
+// reference/rwkv6.md).
 constexpr double kFormsRelTol = 1e-12;
 constexpr double kGradRelTol = 1e-10;
 

@@ -20,8 +20,8 @@ namespace {
 
 using namespace lav::test;
 
-// NUMERICS.md rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10 (measured
-// values in reference/rwkv7.md).
+// reference/README.md, rule 4: the two fp64 forms agree to 1e-12 relative, gradients to 1e-10
+// (measured values in reference/rwkv7.md).
 constexpr double kFormsRelTol = 1e-12;
 constexpr double kGradRelTol = 1e-10;
 
