@@ -47,8 +47,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIME_TARGET = 0.8  # ours/FLA, median against median
 DEFAULT_SHAPES = "B4_T2048_H16_D128,B1_T8192_H96_D128,B8_T1024_H8_D64"
 DRY_RUN_SHAPES = "B2_T100_H2_D16,B1_T67_H3_D8"
-CHUNK_OPS = ["chunk_simple_gla", "chunk_gla", "chunk_hgrn"]
-ALL_OPS = CHUNK_OPS + ["fused_recurrent_simple_gla", "fused_recurrent_gla", "fused_recurrent_hgrn"]
 
 # peak HBM bandwidth in GB/s from NVIDIA's data sheets; substring of the device name -> GB/s,
 # first match wins, so the more specific names come first.
@@ -122,27 +120,104 @@ def parse_shapes(text: str) -> list[Shape]:
 
 
 @dataclass(frozen=True)
+class Peer:
+    """How this script compares a family: FLA's module, and the name FLA's function of each
+    variant gives the gate; make_inputs() and run_reference() know the family too."""
+    fla_module: str
+    fla_gate_kwarg: dict  # variant -> keyword
+
+
+# the families this script has inputs, a reference and an FLA peer for; which of their ops exist
+# comes from `lav list --format json` (lav_ops())
+PEERS = {
+    "simple_gla": Peer("fla.ops.simple_gla", {"chunk": "g", "recurrent": "g"}),
+    # fla's fused_recurrent_gla takes the per-key gate as `gk`
+    "gla": Peer("fla.ops.gla", {"chunk": "g", "recurrent": "gk"}),
+    "hgrn": Peer("fla.ops.hgrn", {"chunk": "g", "recurrent": "g"}),
+}
+
+
+@dataclass(frozen=True)
 class OpSpec:
-    name: str
-    family: str  # simple_gla | gla | hgrn
+    name: str  # torch.ops.lav.<name>, and FLA's function of the same name
+    family: str
+    variant: str
+    inputs: tuple  # the declared tensors a case of the default options draws, in order
+    shapes: dict  # declared name -> shape letters ("B T H K"), every tensor of the family
     fla_module: str
     fla_gate_kwarg: str  # how FLA's function names the gate argument
 
 
-OPS = {
-    "chunk_simple_gla": OpSpec("chunk_simple_gla", "simple_gla", "fla.ops.simple_gla", "g"),
-    "fused_recurrent_simple_gla": OpSpec("fused_recurrent_simple_gla", "simple_gla",
-                                         "fla.ops.simple_gla", "g"),
-    "chunk_gla": OpSpec("chunk_gla", "gla", "fla.ops.gla", "g"),
-    # fla's fused_recurrent_gla takes the per-key gate as `gk`
-    "fused_recurrent_gla": OpSpec("fused_recurrent_gla", "gla", "fla.ops.gla", "gk"),
-    "chunk_hgrn": OpSpec("chunk_hgrn", "hgrn", "fla.ops.hgrn", "g"),
-    "fused_recurrent_hgrn": OpSpec("fused_recurrent_hgrn", "hgrn", "fla.ops.hgrn", "g"),
-}
+def op_name(family: str, variant: str) -> str:
+    """lav's op of a row, named as FLA names its function (kernels/ops/library.cpp)."""
+    return ("fused_recurrent" if variant == "recurrent" else variant) + "_" + family
 
 
-def input_names(family: str) -> list[str]:
-    return ["x", "g"] if family == "hgrn" else ["q", "k", "v", "g"]
+def _holds(when: str, options: dict) -> bool:
+    """Whether a declared tensor's `when` holds under `options` without an initial state."""
+    if not when:
+        return True
+    if when == "initial_state":
+        return False
+    negated = "!=" in when
+    option, value = when.split("!=" if negated else "=", 1)
+    return (options.get(option) == value) != negated
+
+
+def lav_ops(listing: dict) -> tuple[dict, list[str]]:
+    """The ops to benchmark, from `lav list --format json`: one per variant with a CUDA row
+    (every row's variant in a build without CUDA rows, for --dry-run), for the families in
+    PEERS; and notes on what was left out."""
+    cuda = any(r["device"] == "cuda" for f in listing["families"] for r in f["rows"])
+    ops, notes = {}, []
+    if not cuda:
+        notes.append("this lav build has no CUDA rows: ops from its CPU rows' variants")
+    for fam in listing["families"]:
+        variants = [r["variant"] for r in fam["rows"] if r["device"] == "cuda" or not cuda]
+        if not variants:
+            continue
+        if fam["name"] not in PEERS:
+            notes.append(f"{fam['name']}: lav has rows for it, but this script has no inputs, "
+                         f"reference or FLA peer for it; not benchmarked")
+            continue
+        defaults = {name: values[0] for name, values in fam["options"].items()}
+        inputs = tuple(t["name"] for t in fam["tensors"]
+                       if t["role"] in ("input", "gate") and _holds(t["when"], defaults))
+        shapes = {t["name"]: t["shape"] for t in fam["tensors"]}
+        peer = PEERS[fam["name"]]
+        for variant in dict.fromkeys(variants):
+            name = op_name(fam["name"], variant)
+            ops[name] = OpSpec(name, fam["name"], variant, inputs, shapes, peer.fla_module,
+                               peer.fla_gate_kwarg.get(variant, "g"))
+    return ops, notes
+
+
+def find_lav(path: str) -> str:
+    """The lav executable: `path`, else its build-gpu/ twin (tools/gpu.sh builds there)."""
+    if not os.path.exists(path) and path.startswith("build/"):
+        alt = path.replace("build/", "build-gpu/", 1)
+        if os.path.exists(alt):
+            return alt
+    return path
+
+
+def list_ops(lav: str) -> tuple[dict, list[str]]:
+    """lav_ops() of what `lav list --format json` prints; SystemExit when lav cannot run."""
+    lav = find_lav(lav)
+    try:
+        proc = subprocess.run([lav, "list", "--format", "json"], capture_output=True, text=True,
+                              timeout=120)
+    except OSError as e:
+        raise SystemExit(f"error: cannot run {lav}: {e}\nnote: build lav (tools/gpu.sh on the "
+                         f"CUDA host) or pass --lav; the ops to benchmark come from its list")
+    if proc.returncode != 0:
+        raise SystemExit(f"error: {lav} list --format json failed ({proc.returncode}): "
+                         f"{proc.stderr.strip()[:400]}")
+    return lav_ops(json.loads(proc.stdout))
+
+
+def input_names(spec: OpSpec) -> list[str]:
+    return list(spec.inputs)
 
 
 def make_inputs(family: str, shape: Shape, dtype, device) -> dict:
@@ -360,9 +435,26 @@ def lav_impl(spec: OpSpec, lib_state: dict) -> Impl:
     except (AttributeError, RuntimeError) as e:
         return Impl("ours", False, f"torch.ops.lav.{spec.name} not found in {lib_state['path']} "
                     f"({short_error(e)})")
-    if spec.family == "hgrn":
-        return Impl("ours", True, call=lambda x, g: fn(x, g))
-    return Impl("ours", True, call=lambda q, k, v, g: fn(q, k, v, g))
+    names = input_names(spec)
+
+    def call(*ts):
+        # a tensor one axis short of its declared shape is FLA's head-less [B, T, D] (hgrn):
+        # lav's [B, T, H, K] with one head, and the results lose that axis again
+        squeeze = {}
+        kwargs = {}
+        for name, t in zip(names, ts):
+            axes = spec.shapes[name].split()
+            if t.dim() == len(axes) - 1 and "H" in axes:
+                t = t.unsqueeze(axes.index("H"))
+                squeeze = {o: spec.shapes[o].split().index("H") for o in ("o", "ht")
+                           if o in spec.shapes and "H" in spec.shapes[o].split()}
+            kwargs[name] = t
+        o, ht = fn(**kwargs)
+        if squeeze:
+            o, ht = o.squeeze(squeeze["o"]), ht.squeeze(squeeze["ht"])
+        return o, ht
+
+    return Impl("ours", True, call=call)
 
 
 def fla_impl(spec: OpSpec, fla_state: dict) -> Impl:
@@ -383,7 +475,7 @@ def fla_impl(spec: OpSpec, fla_state: dict) -> Impl:
 
 def stand_in_impl(spec: OpSpec, label: str, why: str) -> Impl:
     """The chunked torch reference in float32, output in the input dtype (--stand-in only)."""
-    names = input_names(spec.family)
+    names = input_names(spec)
 
     def call(*ts):
         return run_reference(spec.family, dict(zip(names, ts)), torch.float32, ts[0].dtype)
@@ -405,7 +497,7 @@ def load_lav(path: str, device: str) -> dict:
         state["path"] = path = alt
     if not os.path.exists(path):
         state["error"] = (f"{path} not found; build with -DLAV_ENABLE_CUDA=ON "
-                          f"(design/GPU_BUILD.md) or pass --lib")
+                          f"(tools/gpu.sh; bench/README.md) or pass --lib")
         return state
     try:
         torch.ops.load_library(path)
@@ -600,7 +692,7 @@ def run_impl(rec: dict, impl: Impl, spec: OpSpec, ins: dict, do, ref: dict | Non
 
     Fills `rec` in place and calls checkpoint() after each step.
     """
-    names = input_names(spec.family)
+    names = input_names(spec)
     rec["available"] = impl.available
     if impl.stand_in:
         rec["stand_in"] = "fp32 torch chunked reference (" + impl.why_not + ")"
@@ -684,7 +776,7 @@ def recover(args) -> None:
 
 
 def reference_for(spec: OpSpec, ins: dict, do, ref_heads: int, shape: Shape) -> dict:
-    names = input_names(spec.family)
+    names = input_names(spec)
     sl = {n: slice_heads(spec.family, n, ins[n], ref_heads, shape.D).double().requires_grad_()
           for n in names}
     o, ht = run_reference(spec.family, sl, torch.float64)
@@ -897,9 +989,14 @@ def parse_args(argv=None):
                     "errors against an fp64 reference.")
     p.add_argument("--lib", default="build/kernels/liblav_ops.so",
                    help="path to liblav_ops.so (default: %(default)s)")
-    p.add_argument("--ops", default=",".join(CHUNK_OPS),
-                   help="comma-separated, or 'all': " + ", ".join(ALL_OPS)
-                        + " (default: %(default)s)")
+    p.add_argument("--lav", default="build/src/lav",
+                   help="the lav executable whose `lav list --format json` says which ops exist "
+                        "(default: %(default)s, else its build-gpu/ twin)")
+    p.add_argument("--ops", default="chunk",
+                   help="comma-separated op names (chunk_gla, fused_recurrent_hgrn, ...), 'chunk' "
+                        "for every chunk op or 'all'; ops are lav's CUDA rows of the families this "
+                        "script has a peer for, as `lav list --format json` lists them "
+                        "(default: %(default)s)")
     p.add_argument("--shapes", default=None,
                    help=f"comma-separated B<n>_T<n>_H<n>_D<n> (default: {DEFAULT_SHAPES}); "
                         f"hgrn runs on width W = H * D")
@@ -945,12 +1042,24 @@ def parse_args(argv=None):
         args.shapes = DRY_RUN_SHAPES if args.dry_run else DEFAULT_SHAPES
     if args.dry_run:
         args.iters, args.warmup, args.stand_in = min(args.iters, 3), min(args.warmup, 1), True
-    args.ops = (ALL_OPS if args.ops == "all" else
-                [o.strip() for o in args.ops.split(",") if o.strip()])
-    for o in args.ops:
-        if o not in OPS:
-            p.error(f"unknown op '{o}'; expected one of: {', '.join(ALL_OPS)}")
+    args.ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     return args
+
+
+def select_ops(wanted: list[str], ops: dict) -> list[str]:
+    """The names --ops asks for among `ops`: 'all', 'chunk' (every chunk op) or names."""
+    chosen = []
+    for o in wanted:
+        if o == "all":
+            chosen += list(ops)
+        elif o == "chunk":
+            chosen += [n for n, spec in ops.items() if spec.variant == "chunk"]
+        elif o in ops:
+            chosen.append(o)
+        else:
+            raise SystemExit(f"error: unknown op '{o}'; this lav build has: "
+                             f"{', '.join(ops) or 'none'} (or 'chunk', 'all')")
+    return list(dict.fromkeys(chosen))
 
 
 def merge(args) -> int:
@@ -980,6 +1089,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.merge:
         return merge(args)
+    ops, op_notes = list_ops(args.lav)
+    args.ops = select_ops(args.ops, ops)
+    for note in op_notes:
+        log(f"ops: {note}")
     scratch = tempfile.mkdtemp(prefix="lav-bench-")
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     if args.triton_cache:
@@ -998,7 +1111,7 @@ def main(argv=None) -> int:
               "without one", file=sys.stderr)
         return 3
     if args.iters < 100 and not args.dry_run:
-        print(f"warning: --iters {args.iters} is below the 100 runs design/GPU_BUILD.md asks for",
+        print(f"warning: --iters {args.iters} is below the 100 runs bench/README.md asks for",
               file=sys.stderr)
     dtype = getattr(torch, DTYPES[args.dtype])
     shapes = parse_shapes(args.shapes)
@@ -1030,6 +1143,7 @@ def main(argv=None) -> int:
         "lav": {k: lib[k] for k in ("path", "loaded", "error")},
         "fla": fla_state,
         "results": [], "skipped": [],
+        "ops_from": {"lav": find_lav(args.lav), "notes": op_notes},
     }
     t0 = time.perf_counter()
     try:
@@ -1041,7 +1155,7 @@ def main(argv=None) -> int:
 
     timer = Timer(device, args.flush_l2)
     for op in args.ops:
-        spec = OPS[op]
+        spec = ops[op]
         impls = [lav_impl(spec, lib), fla_impl(spec, fla_state)]
         if args.stand_in:
             impls = [stand_in_impl(spec, i.label, i.why_not) if not i.available else i

@@ -36,9 +36,9 @@ ctest --test-dir build-gpu -L gpu -j 8 --output-on-failure --output-junit "$PWD/
 status=$?
 tail -5 "$out/gpu-tests.log"
 if [ "$sanitize" = 1 ]; then
-    for t in build-gpu/tests/cuda/test_cuda_recurrent build-gpu/tests/cuda/test_cuda_chunk; do
+    for t in build-gpu/tests/families/test_families_cuda build-gpu/tests/cuda/test_cuda_chunk; do
         timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$t" \
-            --gtest_filter="${LAV_SANITIZE_FILTER:-*varlen*}" \
+            --gtest_filter="${LAV_SANITIZE_FILTER:-*varlen*:*CuSeqlens*}" \
             >"$out/sanitize-$(basename "$t").log" 2>&1
         echo "compute-sanitizer memcheck $(basename "$t"): exit $?"
         tail -2 "$out/sanitize-$(basename "$t").log"

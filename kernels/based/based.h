@@ -18,6 +18,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -46,5 +47,10 @@ BasedGrads based_bwd_cpu(std::string_view variant, const BasedArgs& args, const 
 /// The precision contract of `variant`, `backward` or forward, for the dtypes of `args`; its
 /// items include "o", "dq", "dk", "dv".
 PrecisionContract based_contract(std::string_view variant, bool backward, const BasedArgs& args);
+
+/// The arguments of a row call (q, k, v, use_norm and the common settings), and the gradients by
+/// name, for the family's rows (based_rows.cpp).
+BasedArgs based_args(const Call& call);
+TensorMap results(const BasedGrads& g);
 
 }  // namespace lav::kernels

@@ -1,7 +1,7 @@
 // kernels/based/based_contract.cpp — the precision contracts of Based's three variants; the
-// items come from the shared table in common/feature_map_cpu.h, README.md says why.
+// items come from the shared table in common/cpu/feature_map_cpu.h, README.md says why.
 #include "based/based.h"
-#include "common/feature_map_cpu.h"
+#include "common/cpu/feature_map_cpu.h"
 
 namespace lav::kernels {
 

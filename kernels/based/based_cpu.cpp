@@ -1,9 +1,9 @@
 // kernels/based/based_cpu.cpp — Based on the CPU over the feature-map engine of
-// common/feature_map_cpu.h: parallel, chunk and recurrent forms, forward and backward.
+// common/cpu/feature_map_cpu.h: parallel, chunk and recurrent forms, forward and backward.
 #include <cmath>
 
 #include "based/based.h"
-#include "common/feature_map_cpu.h"
+#include "common/cpu/feature_map_cpu.h"
 
 namespace lav::kernels {
 

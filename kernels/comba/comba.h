@@ -17,6 +17,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -65,5 +66,11 @@ CombaGrads comba_recurrent_bwd_cpu(const CombaArgs& args, const at::Tensor& d_o,
 /// the dtypes and options of `args`; its items include "o", "ht", "dq", "dk", "dv", "dp",
 /// "dg", "dbeta", "dh0" for the observable results (those the case has).
 PrecisionContract comba_contract(std::string_view variant, bool backward, const CombaArgs& args);
+
+/// The arguments of a row call (q, k, v, p, g, beta, h0, the l2norm option and the common
+/// settings), and the results by name, for the rows of every backend (comba_rows.cpp).
+CombaArgs comba_args(const Call& call);
+TensorMap results(const CombaFwd& f);
+TensorMap results(const CombaGrads& g);
 
 }  // namespace lav::kernels

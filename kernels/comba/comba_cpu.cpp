@@ -1,6 +1,6 @@
 // kernels/comba/comba_cpu.cpp — Comba on the CPU through LibTorch: chunk (WY form) and recurrent
 // variants, forward and backward, with the contract's rounding points. Uses the tensor helpers
-// of common/delta_chunk.h; the algorithms here differ from delta_rule's by the auxiliary key p
+// of common/cpu/delta_chunk.h; the algorithms here differ from delta_rule's by the auxiliary key p
 // and the pre-decay correction. Not a reference.
 #include <ATen/ATen.h>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "comba/comba.h"
-#include "common/delta_chunk.h"
+#include "common/cpu/delta_chunk.h"
 
 namespace lav::kernels {
 namespace {

@@ -18,6 +18,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -65,5 +66,11 @@ DeltaRuleGrads delta_rule_recurrent_bwd_cpu(const DeltaRuleArgs& args, const at:
 /// "o", "ht", "dq", "dk", "dv", "dbeta", "dh0" for the observable results.
 PrecisionContract delta_rule_contract(std::string_view variant, bool backward,
                                       const DeltaRuleArgs& args);
+
+/// The arguments of a row call (q, k, v, beta, h0, the l2norm option and the common
+/// settings), and the results by name, for the rows of every backend (delta_rule_rows.cpp).
+DeltaRuleArgs delta_rule_args(const Call& call);
+TensorMap results(const DeltaRuleFwd& f);
+TensorMap results(const DeltaRuleGrads& g);
 
 }  // namespace lav::kernels

@@ -1,7 +1,7 @@
 // kernels/delta_rule/delta_rule_contract.cpp — the precision contracts of the delta rule's chunk
 // and recurrent variants. Declarations only: the items come from the shared engine's table in
-// common/delta_chunk.h, and README.md says why each item has its dtype.
-#include "common/delta_chunk.h"
+// common/cpu/delta_chunk.h, and README.md says why each item has its dtype.
+#include "common/cpu/delta_chunk.h"
 #include "delta_rule/delta_rule.h"
 
 namespace lav::kernels {

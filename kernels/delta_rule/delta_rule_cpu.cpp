@@ -1,7 +1,7 @@
 // kernels/delta_rule/delta_rule_cpu.cpp — the delta rule on the CPU through LibTorch: chunk (WY
 // form) and recurrent variants, forward and backward. The algorithms are the gated delta rule
-// engine of common/delta_chunk.h run without a gate; not a reference (see README.md).
-#include "common/delta_chunk.h"
+// engine of common/cpu/delta_chunk.h run without a gate; not a reference (see README.md).
+#include "common/cpu/delta_chunk.h"
 #include "delta_rule/delta_rule.h"
 
 namespace lav::kernels {

@@ -23,6 +23,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -77,5 +78,11 @@ GatedDeltaProductGrads gated_delta_product_recurrent_bwd_cpu(const GatedDeltaPro
 /// observable results ("o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0") included.
 PrecisionContract gated_delta_product_contract(std::string_view variant, bool backward,
                                                const GatedDeltaProductArgs& args);
+
+/// The arguments of a row call (q, k, v, g, beta, h0, the options and the common settings),
+/// and the results by name, for the family's rows (gated_delta_product_rows.cpp).
+GatedDeltaProductArgs gated_delta_product_args(const Call& call);
+TensorMap results(const GatedDeltaProductFwd& f);
+TensorMap results(const GatedDeltaProductGrads& g);
 
 }  // namespace lav::kernels

@@ -1,7 +1,7 @@
 // kernels/gated_delta_product/gated_delta_product_contract.cpp — the precision contracts of
 // gated DeltaProduct's chunk and recurrent variants: the gated delta rule engine's items
-// (common/delta_chunk.h) over the interleaved sub-steps, plus the interleaving itself.
-#include "common/delta_chunk.h"
+// (common/cpu/delta_chunk.h) over the interleaved sub-steps, plus the interleaving itself.
+#include "common/cpu/delta_chunk.h"
 #include "gated_delta_product/gated_delta_product.h"
 
 namespace lav::kernels {

@@ -1,12 +1,12 @@
 // kernels/gated_delta_product/gated_delta_product_cpu.cpp — gated DeltaProduct on the CPU through
-// LibTorch: the gated delta rule engine of common/delta_chunk.h (chunk and recurrent, forward
+// LibTorch: the gated delta rule engine of common/cpu/delta_chunk.h (chunk and recurrent, forward
 // and backward) run over the interleaved sub-steps, as fla/ops/gated_delta_product/chunk.py
 // does. Not a reference.
 #include <ATen/ATen.h>
 
 #include <vector>
 
-#include "common/delta_chunk.h"
+#include "common/cpu/delta_chunk.h"
 #include "core/error.h"
 #include "gated_delta_product/gated_delta_product.h"
 

@@ -20,6 +20,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -78,5 +79,12 @@ GatedDeltaRuleGrads gated_delta_rule_recurrent_bwd_cpu(const GatedDeltaRuleArgs&
 /// results (those the case has).
 PrecisionContract gated_delta_rule_contract(std::string_view variant, bool backward,
                                             const GatedDeltaRuleArgs& args);
+
+/// The arguments of a row call (q, k, v, g, beta, A_log, dt_bias, h0, the options and the
+/// common settings), and the results by name, for the rows of every backend
+/// (gated_delta_rule_rows.cpp).
+GatedDeltaRuleArgs gated_delta_rule_args(const Call& call);
+TensorMap results(const GatedDeltaRuleFwd& f);
+TensorMap results(const GatedDeltaRuleGrads& g);
 
 }  // namespace lav::kernels

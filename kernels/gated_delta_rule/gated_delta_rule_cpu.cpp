@@ -1,7 +1,7 @@
 // kernels/gated_delta_rule/gated_delta_rule_cpu.cpp — the gated delta rule on the CPU through
 // LibTorch: chunk (WY form) and recurrent variants, forward and backward, GVA and FLA's in-kernel
-// options. The algorithms are the shared engine of common/delta_chunk.h; not a reference.
-#include "common/delta_chunk.h"
+// options. The algorithms are the shared engine of common/cpu/delta_chunk.h; not a reference.
+#include "common/cpu/delta_chunk.h"
 #include "gated_delta_rule/gated_delta_rule.h"
 
 namespace lav::kernels {

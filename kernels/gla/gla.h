@@ -17,6 +17,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -68,5 +69,11 @@ GlaGrads gla_chunk_bwd_cuda(const GlaArgs& args, const at::Tensor& d_o, const at
 /// the dtypes of `args`. Its items name every tensor the variant stores, including
 /// "o", "ht", "dq", "dk", "dv", "dg", "dh0" for the observable results.
 PrecisionContract gla_contract(std::string_view variant, bool backward, const GlaArgs& args);
+
+/// The arguments of a row call (q, k, v, g, h0 and the common settings), and the results by
+/// name, for the rows of every backend (gla_rows.cpp).
+GlaArgs gla_args(const Call& call);
+TensorMap results(const GlaFwd& f);
+TensorMap results(const GlaGrads& g);
 
 }  // namespace lav::kernels

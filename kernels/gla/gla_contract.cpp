@@ -3,7 +3,7 @@
 // says why each item has its dtype.
 #include <string>
 
-#include "common/gated_linear_contract.h"
+#include "common/cpu/gated_linear_contract.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "gla/gla.h"

@@ -20,6 +20,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -65,5 +66,11 @@ GsaGrads gsa_recurrent_bwd_cpu(const GsaArgs& args, const at::Tensor& d_o, const
 /// the dtypes of `args`. Its items name every tensor the variant stores, including "o", "hkt",
 /// "hvt", "dq", "dk", "dv", "ds", "dg", "dhk0", "dhv0" for the observable results.
 PrecisionContract gsa_contract(std::string_view variant, bool backward, const GsaArgs& args);
+
+/// The arguments of a row call (q, k, v, s, g, hk0, hv0 and the common settings), and the
+/// results by name, for the family's rows (gsa_rows.cpp).
+GsaArgs gsa_args(const Call& call);
+TensorMap results(const GsaFwd& f);
+TensorMap results(const GsaGrads& g);
 
 }  // namespace lav::kernels

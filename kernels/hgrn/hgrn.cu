@@ -17,7 +17,8 @@
 #include <string>
 #include <type_traits>
 
-#include "common/cuda_tensor.cuh"
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/cuda_tensor.cuh"
 #include "hgrn/hgrn_cuda.h"
 
 namespace lav::cuda {
@@ -316,8 +317,6 @@ dim3 grid_of(const HgrnProblem& p) {
     return dim3(unsigned(p.seqs.n * p.heads), unsigned((p.width + kThreads - 1) / kThreads));
 }
 
-void check(const char* what) { check_cuda(cudaGetLastError(), what); }
-
 }  // namespace
 
 int64_t hgrn_chunk_workspace_floats(const HgrnProblem& p, bool backward) {
@@ -332,7 +331,7 @@ void hgrn_chunk_fwd(const HgrnProblem& p, float* workspace, cudaStream_t stream)
         chunk_local<<<chunk_grid(p), kThreads, 0, stream>>>(p, Strided{}, w);
     chunk_pass<<<grid_of(p), kThreads, 0, stream>>>(p, w, nullptr, nullptr);
     if (chunk_slots(p.seqs, p.chunk) > 0) chunk_out<<<chunk_grid(p), kThreads, 0, stream>>>(p, w);
-    check("hgrn_chunk_fwd");
+    LAV_CUDA_CHECK(cudaGetLastError(), "hgrn_chunk_fwd");
 }
 
 void hgrn_chunk_bwd(const HgrnProblem& p, const HgrnGrads& d, cudaStream_t stream) {
@@ -346,7 +345,7 @@ void hgrn_chunk_bwd(const HgrnProblem& p, const HgrnGrads& d, cudaStream_t strea
     chunk_pass<<<grid_of(p), kThreads, 0, stream>>>(q, w, d.dht, d.dh0);
     if (chunk_slots(p.seqs, p.chunk) > 0)
         chunk_grads<<<chunk_grid(p), kThreads, 0, stream>>>(q, d, w);
-    check("hgrn_chunk_bwd");
+    LAV_CUDA_CHECK(cudaGetLastError(), "hgrn_chunk_bwd");
 }
 
 int64_t hgrn_workspace_floats(const HgrnProblem& p) {
@@ -357,13 +356,13 @@ int64_t hgrn_workspace_floats(const HgrnProblem& p) {
 void hgrn_recurrent_fwd(const HgrnProblem& p, cudaStream_t stream) {
     if (p.seqs.n * p.heads * p.width == 0) return;
     recurrent_fwd<<<grid_of(p), kThreads, 0, stream>>>(p);
-    check("hgrn_recurrent_fwd");
+    LAV_CUDA_CHECK(cudaGetLastError(), "hgrn_recurrent_fwd");
 }
 
 void hgrn_recurrent_bwd(const HgrnProblem& p, const HgrnGrads& d, cudaStream_t stream) {
     if (p.seqs.n * p.heads * p.width == 0) return;
     recurrent_bwd<<<grid_of(p), kThreads, 0, stream>>>(p, d);
-    check("hgrn_recurrent_bwd");
+    LAV_CUDA_CHECK(cudaGetLastError(), "hgrn_recurrent_bwd");
 }
 
 }  // namespace lav::cuda

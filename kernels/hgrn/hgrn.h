@@ -17,6 +17,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -62,5 +63,11 @@ HgrnGrads hgrn_chunk_bwd_cuda(const HgrnArgs& args, const at::Tensor& d_o, const
 /// the dtypes of `args`. Its items name every tensor the variant stores, including
 /// "o", "ht", "dx", "dg", "dh0" for the observable results.
 PrecisionContract hgrn_contract(std::string_view variant, bool backward, const HgrnArgs& args);
+
+/// The arguments of a row call (x, g, h0 and the common settings but the scale), and the
+/// results by name, for the rows of every backend (hgrn_rows.cpp).
+HgrnArgs hgrn_args(const Call& call);
+TensorMap results(const HgrnFwd& f);
+TensorMap results(const HgrnGrads& g);
 
 }  // namespace lav::kernels

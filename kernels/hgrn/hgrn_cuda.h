@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "common/cuda_tensor.h"
+#include "common/cuda/cuda_tensor.h"
 
 namespace lav::cuda {
 

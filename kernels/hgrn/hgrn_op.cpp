@@ -1,8 +1,9 @@
-// kernels/hgrn/hgrn_op.cpp — hgrn's CUDA backend: torch glue of hgrn.cu.
+// kernels/hgrn/hgrn_op.cpp — hgrn's CUDA backend: torch glue of hgrn.cu, and its CUDA rows.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "common/cuda_glue.h"
+#include "common/glue/cuda_glue.h"
+#include "common/rows.h"
 #include "core/error.h"
 #include "hgrn/hgrn.h"
 #include "hgrn/hgrn_cuda.h"
@@ -100,6 +101,14 @@ HgrnFwd hgrn_chunk_fwd_cuda(const HgrnArgs& args) { return forward(args, true); 
 
 HgrnGrads hgrn_chunk_bwd_cuda(const HgrnArgs& args, const at::Tensor& d_o, const at::Tensor& dht) {
     return backward(args, d_o, dht, true);
+}
+
+void add_hgrn_cuda_rows(RowTable& table) {
+    set_poison_outputs(true);
+    add_rows<HgrnArgs, HgrnFwd, HgrnGrads>(
+        table, {"hgrn", "cuda", "cuda"}, hgrn_args, hgrn_contract,
+        {{"chunk", hgrn_chunk_fwd_cuda, hgrn_chunk_bwd_cuda},
+         {"recurrent", hgrn_recurrent_fwd_cuda, hgrn_recurrent_bwd_cuda}});
 }
 
 }  // namespace lav::kernels

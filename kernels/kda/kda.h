@@ -23,6 +23,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -79,5 +80,11 @@ KdaGrads kda_recurrent_bwd_cpu(const KdaArgs& args, const at::Tensor& d_o, const
 /// "o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0" for the observable
 /// results (each only where the variant returns it).
 PrecisionContract kda_contract(std::string_view variant, bool backward, const KdaArgs& args);
+
+/// The arguments of a row call (q, k, v, g, beta, A_log, dt_bias, h0, the options and the
+/// common settings), and the results by name, for the rows of every backend (kda_rows.cpp).
+KdaArgs kda_args(const Call& call);
+TensorMap results(const KdaFwd& f);
+TensorMap results(const KdaGrads& g);
 
 }  // namespace lav::kernels

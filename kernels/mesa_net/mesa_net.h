@@ -19,6 +19,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -68,5 +69,11 @@ MesaNetGrads mesa_net_recurrent_bwd_cpu(const MesaNetArgs& args, const at::Tenso
 /// "ht_kv", "dq", "dk", "dv", "dg", "dbeta", "dlamb", "dh_kk0", "dh_kv0") included.
 PrecisionContract mesa_net_contract(std::string_view variant, bool backward,
                                     const MesaNetArgs& args);
+
+/// The arguments of a row call (q, k, v, g, beta, lamb, h_kk0, h_kv0, the options and the
+/// common settings), and the results by name, for the family's rows (mesa_net_rows.cpp).
+MesaNetArgs mesa_net_args(const Call& call);
+TensorMap results(const MesaNetFwd& f);
+TensorMap results(const MesaNetGrads& g);
 
 }  // namespace lav::kernels

@@ -16,6 +16,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -46,5 +47,10 @@ RebasedGrads rebased_bwd_cpu(std::string_view variant, const RebasedArgs& args,
 /// "dv".
 PrecisionContract rebased_contract(std::string_view variant, bool backward,
                                    const RebasedArgs& args);
+
+/// The arguments of a row call (q, k, v, use_scale, use_normalize and the common settings), and the
+/// gradients by name, for the family's rows (rebased_rows.cpp).
+RebasedArgs rebased_args(const Call& call);
+TensorMap results(const RebasedGrads& g);
 
 }  // namespace lav::kernels

@@ -1,6 +1,6 @@
 // kernels/rebased/rebased_contract.cpp — the precision contracts of ReBased's three variants; the
-// items come from the shared table in common/feature_map_cpu.h, README.md says why.
-#include "common/feature_map_cpu.h"
+// items come from the shared table in common/cpu/feature_map_cpu.h, README.md says why.
+#include "common/cpu/feature_map_cpu.h"
 #include "rebased/rebased.h"
 
 namespace lav::kernels {

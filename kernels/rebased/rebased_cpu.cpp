@@ -1,8 +1,8 @@
 // kernels/rebased/rebased_cpu.cpp — ReBased on the CPU over the feature-map engine of
-// common/feature_map_cpu.h: parallel, chunk and recurrent forms, forward and backward.
+// common/cpu/feature_map_cpu.h: parallel, chunk and recurrent forms, forward and backward.
 #include <cmath>
 
-#include "common/feature_map_cpu.h"
+#include "common/cpu/feature_map_cpu.h"
 #include "rebased/rebased.h"
 
 namespace lav::kernels {

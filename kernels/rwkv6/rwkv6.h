@@ -17,6 +17,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -64,5 +65,11 @@ Rwkv6Grads rwkv6_recurrent_bwd_cpu(const Rwkv6Args& args, const at::Tensor& d_o,
 /// dtypes of `args`. Its items name every tensor the variant stores, including "o", "ht", "dq",
 /// "dk", "dv", "dw", "du", "dh0" for the observable results.
 PrecisionContract rwkv6_contract(std::string_view variant, bool backward, const Rwkv6Args& args);
+
+/// The arguments of a row call (q, k, v, w, u, h0 and the common settings), and the results by
+/// name, for the rows of every backend (rwkv6_rows.cpp).
+Rwkv6Args rwkv6_args(const Call& call);
+TensorMap results(const Rwkv6Fwd& f);
+TensorMap results(const Rwkv6Grads& g);
 
 }  // namespace lav::kernels

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/cpu_args.h"
-#include "common/cpu_ops.h"
+#include "common/cpu/cpu_args.h"
+#include "common/cpu/cpu_ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/varlen.h"

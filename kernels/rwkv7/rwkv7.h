@@ -17,6 +17,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -64,5 +65,12 @@ Rwkv7Grads rwkv7_recurrent_bwd_cpu(const Rwkv7Args& args, const at::Tensor& d_o,
 /// dtypes of `args`. Its items name every tensor the variant stores, including "o", "ht", "dq",
 /// "dk", "dv", "da", "db", "dw" (DPLR), "dh0" for the observable results.
 PrecisionContract rwkv7_contract(std::string_view variant, bool backward, const Rwkv7Args& args);
+
+/// The arguments of a row call (q, w, k, v, a, b or −a for the option b = neg_a, h0, the
+/// common settings and chunk_rwkv7's default scale 1.0), and the results by name, for the rows
+/// of every backend (rwkv7_rows.cpp).
+Rwkv7Args rwkv7_args(const Call& call);
+TensorMap results(const Rwkv7Fwd& f);
+TensorMap results(const Rwkv7Grads& g);
 
 }  // namespace lav::kernels

@@ -19,6 +19,7 @@
 
 #include "core/layout.h"
 #include "core/precision_contract.h"
+#include "core/row.h"
 
 namespace lav::kernels {
 
@@ -75,5 +76,11 @@ SimpleGlaGrads simple_gla_chunk_bwd_cuda(const SimpleGlaArgs& args, const at::Te
 /// "o", "ht", "dq", "dk", "dv", "dg", "dh0" for the observable results.
 PrecisionContract simple_gla_contract(std::string_view variant, bool backward,
                                       const SimpleGlaArgs& args);
+
+/// The arguments of a row call (q, k, v, g or g_gamma, h0 and the common settings), and the
+/// results by name, for the rows of every backend (simple_gla_rows.cpp).
+SimpleGlaArgs simple_gla_args(const Call& call);
+TensorMap results(const SimpleGlaFwd& f);
+TensorMap results(const SimpleGlaGrads& g);
 
 }  // namespace lav::kernels

@@ -4,7 +4,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "common/gated_linear_contract.h"
+#include "common/cpu/gated_linear_contract.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "simple_gla/simple_gla.h"

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <sstream>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -65,6 +66,18 @@ report::RunInfo run_info(const std::string& command_line, uint64_t seed) {
     return info;
 }
 
+// "cpu,fla" -> {"cpu", "fla"}; a repeated name counts once
+std::vector<std::string> split_list(const std::string& text) {
+    std::vector<std::string> out;
+    std::stringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ','))
+        if (!item.empty() && std::find(out.begin(), out.end(), item) == out.end())
+            out.push_back(item);
+    LAV_CHECK_AS(UsageError, !out.empty(), "--backend names no backend");
+    return out;
+}
+
 // Keeps the variants of `c` whose id "<case>/<variant>" matches; false when none is left.
 bool apply_filter(scenario::Case& c, const std::regex* filter) {
     if (!filter) return true;
@@ -108,8 +121,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "continue the incomplete report F (give the same paths): its cases are kept, the rest run")(
         "junit", po::value(&junit), "also write the results as JUnit XML to this file")(
         "backend", po::value(&backend)->default_value("auto"),
-        "cpu, cuda, or auto: lav's CUDA kernels where the build, the machine and the variant "
-        "have them, the CPU backend otherwise")(
+        "auto: lav's CUDA kernels where the build, the machine and the variant have them, the "
+        "CPU backend otherwise; or backends by name, comma-separated, each variant running on "
+        "each (cpu, cuda: `lav list` shows this build's)")(
         "strict-boundary", po::bool_switch(),
         "fail a case whose prologue hands the kernel a dtype, shape or layout its contract "
         "refuses (default: report it, fix it, and measure)")(
@@ -130,14 +144,22 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         }
     }
     if (threads > 0) at::set_num_threads(threads);
-    LAV_CHECK_AS(UsageError, backend == "auto" || backend == "cpu" || backend == "cuda",
-                 "--backend takes auto, cpu or cuda, got '", backend, "'");
-    LAV_CHECK_AS(EnvironmentError, backend != "cuda" || harness::cuda_available(),
-                 "--backend cuda needs a CUDA build of lav and a CUDA device",
-                 kCudaBuild ? " (none is visible)" : " (this build is CPU-only)");
-
     harness::Registry registry;
     harness::register_all(registry);
+    const std::vector<std::string> requested = split_list(backend);
+    const std::vector<std::string> known = registry.backends();
+    for (const auto& b : requested) {
+        if (b == "auto" || std::find(known.begin(), known.end(), b) != known.end()) continue;
+        LAV_CHECK_AS(EnvironmentError, b != "cuda",
+                     "--backend cuda needs a CUDA build of lav (this build is CPU-only)");
+        std::string names = "auto";
+        for (const auto& k : known) names += ", " + k;
+        throw UsageError("--backend takes " + names + " (comma-separated), got '" + b + "'");
+    }
+    LAV_CHECK_AS(EnvironmentError,
+                 std::find(requested.begin(), requested.end(), "cuda") == requested.end() ||
+                     harness::cuda_available(),
+                 "--backend cuda needs a CUDA device (none is visible)");
     const uint64_t limit =
         max_memory.empty() ? default_max_memory() : parse_memory_size(max_memory);
     std::vector<scenario::Case> cases;
@@ -172,10 +194,12 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::vector<const scenario::Case*> todo;
     for (const auto& c : cases) {
         size_t missing = 0;
+        const Call call = harness::call_of(registry.get(c.family), c);
         for (const auto& v : c.variants)
-            for (const auto& p : harness::passes_of(c))
-                missing += !kept.count(harness::record_id(
-                    c, v, harness::backend_for(registry.get(c.family), c, v, backend), p));
+            for (const auto& b : requested)
+                for (const auto& p : harness::passes_of(c))
+                    missing += !kept.count(harness::record_id(
+                        c, v, harness::choose_row(registry, c.family, v, call, b).backend, p));
         if (missing == 0) continue;
         runs += missing;
         todo.push_back(&c);
@@ -185,7 +209,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                   << " to run\n";
     harness::RunOptions run_options;
     run_options.strict_boundary = vm["strict-boundary"].as<bool>();
-    run_options.backend = backend;
+    run_options.backends = requested;
     if (!dump_dir.empty())
         run_options.on_intermediates = [&](const std::vector<report::Intermediates>& dumps) {
             const std::string file = report::intermediates_file_name(dumps.front().case_id);

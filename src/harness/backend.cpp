@@ -1,42 +1,39 @@
-// src/harness/backend.cpp — where a variant runs: lav's CPU backend or its CUDA kernels.
+// src/harness/backend.cpp — which row runs a variant, and moving tensors to its device.
 #include "harness/backend.h"
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-
 #include "core/build_info.h"
 #include "core/error.h"
-#ifdef LAV_HAS_CUDA
-#include "kernels/common/cuda_glue.h"
-#endif
 
 namespace lav::harness {
+namespace {
+
+bool device_present(const std::string& device) {
+    return device == "cpu" || (device == "cuda" && cuda_available());
+}
+
+}  // namespace
 
 bool cuda_available() { return kCudaBuild && at::hasCUDA(); }
 
-std::string backend_for(const Family& family, const scenario::Case& c, const std::string& variant,
-                        const std::string& requested) {
-    if (requested == "cpu" || requested == "cuda") return requested;
-    LAV_ASSERT(requested == "auto", "unknown backend ", requested);
-    const auto& v = family.cuda_variants;
-    const bool has_kernel = std::find(v.begin(), v.end(), variant) != v.end();
-    const bool fits = !family.cuda_fits || family.cuda_fits(c);
-    return has_kernel && fits && cuda_available() ? "cuda" : "cpu";
+Choice choose_row(const Registry& registry, const std::string& family, const std::string& variant,
+                  const Call& call, const std::string& requested) {
+    if (requested != "auto") return {requested, registry.rows().find(family, variant, requested)};
+    Choice best;
+    for (const Row& r : registry.rows().rows()) {
+        if (r.family != family || r.variant != variant || !r.automatic) continue;
+        if (!device_present(r.device) || (r.fits && !r.fits(call))) continue;
+        if (!best.row || (r.device == "cuda" && best.row->device != "cuda")) best = {r.backend, &r};
+    }
+    LAV_ASSERT(best.row, "no row runs ", family, " ", variant, " here");
+    return best;
 }
 
-TensorMap to_cuda(const TensorMap& m) {
-#ifdef LAV_HAS_CUDA
-    kernels::set_poison_outputs(true);
-#endif
+TensorMap to_device(const TensorMap& m, const std::string& device) {
+    const at::Device d(device == "cuda" ? at::kCUDA : at::kCPU);
     TensorMap out;
-    for (const auto& [name, t] : m) out[name] = t.defined() ? t.to(at::kCUDA) : t;
-    return out;
-}
-
-TensorMap to_cpu(const TensorMap& m) {
-    TensorMap out;
-    for (const auto& [name, t] : m) out[name] = t.defined() ? t.cpu() : t;
+    for (const auto& [name, t] : m) out[name] = t.defined() ? t.to(d) : t;
     return out;
 }
 

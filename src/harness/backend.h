@@ -1,7 +1,8 @@
-// src/harness/backend.h — where a variant runs: lav's CPU backend or its CUDA kernels.
+// src/harness/backend.h — which row runs a variant, and moving tensors to its device.
 //
-// With --backend auto (the default) a variant runs on CUDA when this build has CUDA, a device
-// is present and the family has a CUDA kernel for the variant; otherwise on the CPU.
+// With --backend auto (the default) a variant runs on the first of lav's own rows that takes
+// the case on a device that is present, CUDA before the CPU. A named backend runs that
+// backend's row, or records that the build has none.
 #pragma once
 
 #include <string>
@@ -13,17 +14,19 @@ namespace lav::harness {
 /// True when this build has CUDA kernels and a CUDA device is present.
 bool cuda_available();
 
-/// "cpu" or "cuda" for `variant` of `family` on case `c` under the requested backend ("auto",
-/// "cpu", "cuda"); "cuda" when requested even if the family lacks the kernel (the run records
-/// that).
-std::string backend_for(const Family& family, const scenario::Case& c, const std::string& variant,
-                        const std::string& requested);
+/// The backend a variant runs on and its row; row is nullptr when the requested backend has
+/// no row for the variant (the run records that as the case's error).
+struct Choice {
+    std::string backend;
+    const Row* row = nullptr;
+};
 
-/// The tensors of m on the CUDA device, in the same dtypes and strides. Also makes the CUDA
-/// glue poison its outputs with NaN, so an element a kernel never writes cannot pass.
-TensorMap to_cuda(const TensorMap& m);
+/// The choice for `variant` of `call`'s family under the requested backend ("auto" or a
+/// backend's name).
+Choice choose_row(const Registry& registry, const std::string& family, const std::string& variant,
+                  const Call& call, const std::string& requested);
 
-/// The tensors of m on the CPU.
-TensorMap to_cpu(const TensorMap& m);
+/// The tensors of m on `device` ("cpu" or "cuda"), in the same dtypes and strides.
+TensorMap to_device(const TensorMap& m, const std::string& device);
 
 }  // namespace lav::harness

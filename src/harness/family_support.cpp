@@ -3,10 +3,6 @@
 
 #include <cmath>
 
-#include "core/error.h"
-#include "core/layout.h"
-#include "core/varlen.h"
-
 namespace lav::harness {
 
 using scenario::Case;
@@ -15,14 +11,6 @@ using scenario::Generator;
 
 bool flag(const Case& c, const std::string& name) { return c.options.at(name) == "true"; }
 
-int64_t int_option(const Case& c, const std::string& name) {
-    return std::stoll(c.options.at(name));
-}
-
-double scale_of(const Case& c) {
-    return c.scale ? *c.scale : 1.0 / std::sqrt(static_cast<double>(c.K));
-}
-
 int64_t value_heads(const Case& c) { return c.HV > 0 ? c.HV : c.H; }
 
 Generator generator_of(const Case& c, const std::string& name, const Generator& fallback) {
@@ -30,60 +18,9 @@ Generator generator_of(const Case& c, const std::string& name, const Generator& 
     return it != c.generators.end() ? it->second : fallback;
 }
 
-at::Tensor cu_seqlens_tensor(const Case& c) {
-    if (c.cu_seqlens.empty()) return {};
-    return at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
-}
-
-std::vector<TensorSpec> qkv_specs(const Case& c, int64_t HV, const Generator& qk) {
-    return {{"q", {c.B, c.T, c.H, c.K}, c.input_dtype, true, qk},
-            {"k", {c.B, c.T, c.H, c.K}, c.input_dtype, true, qk},
-            {"v", {c.B, c.T, HV, c.V}, c.input_dtype, true, Generator{}}};
-}
-
-TensorSpec kv_state_spec(const Case& c, const std::string& name, int64_t HV) {
-    const int64_t N = num_sequences(c.B, c.cu_seqlens);
-    return {name, {N, HV, c.K, c.V}, c.state_dtype, false, Generator{}};
-}
-
-std::vector<TensorSpec> output_state_cotangents(const Case& c, int64_t HV) {
-    return {{"d_o", {c.B, c.T, HV, c.V}, c.output_dtype, true, Generator{}},
-            kv_state_spec(c, "dht", HV)};
-}
-
-std::vector<MeasuredSpec> output_state_measured() {
-    return {{"o", metrics::TensorKind::output, 1}, {"ht", metrics::TensorKind::state, -1}};
-}
-
-std::vector<MeasuredSpec> qkv_grads_measured(const std::vector<std::string>& gate_grads) {
-    std::vector<MeasuredSpec> out = {{"dq", metrics::TensorKind::gradient, 1},
-                                     {"dk", metrics::TensorKind::gradient, 1},
-                                     {"dv", metrics::TensorKind::gradient, 1}};
-    for (const std::string& name : gate_grads)
-        out.push_back({name, metrics::TensorKind::gate_grad, 1});
-    return out;
-}
-
 void add_defined(TensorMap& out, const TensorMap& named) {
     for (const auto& [name, t] : named)
         if (t.defined()) out[name] = t;
-}
-
-TensorMap head_last_results(const Case& c, const std::vector<MeasuredSpec>& measured,
-                            const TensorMap& results) {
-    TensorMap out;
-    for (const MeasuredSpec& m : measured) {
-        const auto it = results.find(m.name);
-        if (it == results.end() || !it->second.defined()) continue;
-        out[m.name] = m.time_dim >= 0 ? to_head_last(it->second, c.layout) : it->second;
-    }
-    return out;
-}
-
-bool is_chunk(const std::string& family, const std::string& variant) {
-    const bool chunk = variant == "chunk";
-    LAV_ASSERT(chunk || variant == "recurrent", "unknown ", family, " variant ", variant);
-    return chunk;
 }
 
 void check_one_value_head(std::vector<FamilyIssue>& issues, const Case& c) {

@@ -1,27 +1,21 @@
-// src/harness/feature_map_family.h — what the based and rebased adapters share: stateless
-// causal attention through a feature map, q, k, v in and o out, three variants, K ≤ 128.
+// src/harness/feature_map_family.h — what based and rebased share: stateless causal attention
+// through a feature map, q, k, v in and o out, three variants, K ≤ 128.
+//
+//   Family based_family() {
+//       return feature_map::family("based", summary, {{"use_norm", {"true", "false"}}},
+//                                  reference_inputs, ref::based_fwd, ref::based_bwd,
+//                                  ref::based_fwd_recurrent);
+//   }
 #pragma once
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "harness/family_support.h"
-#include "harness/registry.h"
 
 namespace lav::harness::feature_map {
-
-/// q, k [B, T, H, K] and v [B, T, H, V], all randn.
-inline std::vector<TensorSpec> inputs(const scenario::Case& c) { return qkv_specs(c, c.H); }
-
-/// d_o [B, T, H, V]: there is no final state to take a cotangent.
-inline std::vector<TensorSpec> cotangents(const scenario::Case& c) {
-    return {{"d_o", {c.B, c.T, c.H, c.V}, c.output_dtype, true, scenario::Generator{}}};
-}
-
-inline std::vector<MeasuredSpec> measured(const scenario::Case&, bool backward) {
-    if (!backward) return {{"o", metrics::TensorKind::output, 1}};
-    return qkv_grads_measured();
-}
 
 /// One value head per query head, and K ≤ 128: the feature map has O(K²) dimensions and FLA's
 /// parallel_based and parallel_rebased assert it.
@@ -37,41 +31,48 @@ inline std::vector<scenario::FamilyIssue> check(const scenario::Case& c) {
 
 /// The reference inputs with q, k, v and cu_seqlens set; the caller sets the options.
 template <class RefInputs>
-RefInputs ref_inputs(const scenario::Case& c, const TensorMap& in) {
+RefInputs reference_inputs(const Call& c) {
     RefInputs r;
-    r.q = in.at("q");
-    r.k = in.at("k");
-    r.v = in.at("v");
+    r.q = c.need("q");
+    r.k = c.need("k");
+    r.v = c.need("v");
     r.cu_seqlens = c.cu_seqlens;
     return r;
 }
 
-/// The kernel arguments with q, k, v and the common settings set; the caller sets the options.
-template <class Args>
-Args kernel_args(const scenario::Case& c, const TensorMap& in) {
-    Args a;
-    a.q = in.at("q");
-    a.k = in.at("k");
-    a.v = in.at("v");
-    set_common_args(a, c);
-    return a;
-}
-
-/// dq, dk, dv of a reference's or a kernel's gradients.
-template <class Grads>
-TensorMap grads(const Grads& g) {
-    return {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}};
-}
-
-/// Fills the parts of a Family that based and rebased share.
-inline void fill(Family& f) {
-    f.info.variants = {"parallel", "chunk", "recurrent"};
-    f.info.inputs = {"q", "k", "v", "d_o"};
-    f.info.measured = {"o", "dq", "dk", "dv"};
-    f.info.check = check;
-    f.inputs = inputs;
-    f.cotangents = cotangents;
-    f.measured = measured;
+/// The family `name`: `inputs` builds its reference's inputs from a call, `fwd` and `bwd` are
+/// the reference's quadratic form, `fwd_check` its feature-map recurrence.
+template <class RefInputs, class RefGrads>
+Family family(std::string name, std::string summary,
+              std::map<std::string, std::vector<std::string>> options,
+              RefInputs (*inputs)(const Call&), at::Tensor (*fwd)(const RefInputs&),
+              RefGrads (*bwd)(const RefInputs&, const at::Tensor&),
+              at::Tensor (*fwd_check)(const RefInputs&)) {
+    Family f;
+    f.name = std::move(name);
+    f.summary = std::move(summary);
+    f.variants = {"parallel", "chunk", "recurrent"};
+    f.tensors = {
+        {"q", Role::input, "B T H K", DTypeSetting::inputs},
+        {"k", Role::input, "B T H K", DTypeSetting::inputs},
+        {"v", Role::input, "B T H V", DTypeSetting::inputs},
+        {"o", Role::output, "B T H V", DTypeSetting::output},
+        // there is no final state to take a cotangent
+        {"d_o", Role::cotangent, "B T H V", DTypeSetting::output},
+    };
+    f.options = std::move(options);
+    f.check = check;
+    f.reference = [=](const Call& c, bool backward) {
+        const RefInputs r = inputs(c);
+        TensorMap out = {{"o", fwd(r)}};
+        if (backward) {
+            const RefGrads g = bwd(r, c.need("d_o"));
+            add_defined(out, {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}});
+        }
+        return out;
+    };
+    f.reference_check = [=](const Call& c) { return TensorMap{{"o", fwd_check(inputs(c))}}; };
+    return f;
 }
 
 }  // namespace lav::harness::feature_map

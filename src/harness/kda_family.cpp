@@ -1,13 +1,9 @@
-// src/harness/kda_family.cpp — KDA's tensors, options, reference and CPU backend behind Family.
-#include <ATen/ATen.h>
-
+// src/harness/kda_family.cpp — KDA declared: its tensors, options and reference.
 #include <cmath>
 #include <optional>
 #include <string>
 
 #include "harness/family_support.h"
-#include "harness/registry.h"
-#include "kernels/kda/kda.h"
 #include "reference/kda.h"
 
 namespace lav::harness {
@@ -22,94 +18,41 @@ constexpr const char* kLowerBound = "lower_bound";
 constexpr const char* kBetaSigmoid = "use_beta_sigmoid_in_kernel";
 constexpr const char* kNegEigval = "allow_neg_eigval";
 
-std::optional<double> lower_bound(const Case& c) {
-    const std::string& value = c.options.at(kLowerBound);
+std::optional<double> lower_bound(const std::string& value) {
     if (value == "none") return std::nullopt;
     return std::stod(value);
 }
 
-std::vector<scenario::FamilyIssue> check(const Case& c) {
-    std::vector<scenario::FamilyIssue> issues;
-    check_grouped_value_heads(issues, c);
-    check_neg_eigval(issues, c);
-    if (lower_bound(c) && !flag(c, kGateInKernel))
-        issues.push_back({std::string("options.") + kLowerBound,
-                          "lower_bound is a form of the in-kernel gate",
-                          "set options.use_gate_in_kernel = true, or leave lower_bound out"});
-    return issues;
-}
-
-std::vector<TensorSpec> inputs(const Case& c) {
-    const int64_t HV = value_heads(c);
-    // unnormalised randn keys make the delta rule's transition I − β k kᵀ expand (‖k‖² ≈ K);
-    // without the in-kernel l2norm, q and k are drawn with ‖k‖ ≈ 1
-    const Generator qk = flag(c, kL2Norm)
-                             ? Generator{}
-                             : Generator{"randn", 1.0 / std::sqrt(static_cast<double>(c.K))};
-    const bool gate_in_kernel = flag(c, kGateInKernel);
-    std::vector<TensorSpec> specs = qkv_specs(c, HV, qk);
-    // a log decay, or the raw gate the kernel activates
-    specs.push_back({"g",
-                     {c.B, c.T, HV, c.K},
-                     c.gate_dtype,
-                     true,
-                     gate_in_kernel ? Generator{} : Generator{"logsigmoid"}});
-    // β in [0, 1), or a logit the kernel passes through its sigmoid
-    specs.push_back({"beta",
-                     {c.B, c.T, HV},
-                     c.gate_dtype,
-                     true,
-                     flag(c, kBetaSigmoid) ? Generator{} : Generator{"rand"}});
-    if (gate_in_kernel) {
-        specs.push_back({"A_log", {HV}, c.gate_dtype, false, Generator{"randn", 0.5}});
-        specs.push_back({"dt_bias", {HV * c.K}, c.gate_dtype, false, Generator{}});
-    }
-    if (c.initial_state) specs.push_back(kv_state_spec(c, "h0", HV));
-    return specs;
-}
-
-std::vector<TensorSpec> cotangents(const Case& c) {
-    return output_state_cotangents(c, value_heads(c));
-}
-
-std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
-    using metrics::TensorKind;
-    if (!backward) return output_state_measured();
-    std::vector<MeasuredSpec> out = qkv_grads_measured({"dg", "dbeta"});
-    if (flag(c, kGateInKernel)) {
-        out.push_back({"dA_log", TensorKind::gate_grad, -1});
-        out.push_back({"ddt_bias", TensorKind::gate_grad, -1});
-    }
-    if (c.initial_state) out.push_back({"dh0", TensorKind::gradient, -1});
-    return out;
-}
-
-ref::KdaInputs reference_inputs(const Case& c, const TensorMap& in) {
+ref::KdaInputs reference_inputs(const Call& c) {
     ref::KdaInputs r;
-    r.q = in.at("q");
-    r.k = in.at("k");
-    r.v = in.at("v");
-    r.g = in.at("g");
-    r.beta = in.at("beta");
-    r.A_log = get_or_undefined(in, "A_log");
-    r.dt_bias = get_or_undefined(in, "dt_bias");
-    r.h0 = get_or_undefined(in, "h0");
+    r.q = c.need("q");
+    r.k = c.need("k");
+    r.v = c.need("v");
+    r.g = c.need("g");
+    r.beta = c.need("beta");
+    r.A_log = c.get("A_log");
+    r.dt_bias = c.get("dt_bias");
+    r.h0 = c.get("h0");
     r.cu_seqlens = c.cu_seqlens;
-    r.scale = scale_of(c);
-    r.use_qk_l2norm_in_kernel = flag(c, kL2Norm);
-    r.use_gate_in_kernel = flag(c, kGateInKernel);
-    r.lower_bound = lower_bound(c);
-    r.use_beta_sigmoid_in_kernel = flag(c, kBetaSigmoid);
-    r.allow_neg_eigval = flag(c, kNegEigval);
+    r.scale = c.scale;
+    r.use_qk_l2norm_in_kernel = c.flag(kL2Norm);
+    r.use_gate_in_kernel = c.flag(kGateInKernel);
+    r.lower_bound = lower_bound(c.option(kLowerBound));
+    r.use_beta_sigmoid_in_kernel = c.flag(kBetaSigmoid);
+    r.allow_neg_eigval = c.flag(kNegEigval);
+    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
     return r;
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
-    const ref::KdaInputs r = reference_inputs(c, in);
-    const ref::KdaOutputs fwd = ref::kda_fwd(r);
-    TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
+TensorMap outputs(const ref::KdaOutputs& f) {
+    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
+}
+
+TensorMap reference(const Call& c, bool backward) {
+    const ref::KdaInputs r = reference_inputs(c);
+    TensorMap out = outputs(ref::kda_fwd(r));
     if (backward) {
-        const ref::KdaGrads g = ref::kda_bwd(r, cot.at("d_o"), cot.at("dht"));
+        const ref::KdaGrads g = ref::kda_bwd(r, c.need("d_o"), c.need("dht"));
         add_defined(out, {{"dq", g.dq},
                           {"dk", g.dk},
                           {"dv", g.dv},
@@ -122,85 +65,69 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
-kernels::KdaArgs kernel_args(const Case& c, const TensorMap& in) {
-    kernels::KdaArgs a;
-    a.q = in.at("q");
-    a.k = in.at("k");
-    a.v = in.at("v");
-    a.g = in.at("g");
-    a.beta = in.at("beta");
-    a.A_log = get_or_undefined(in, "A_log");
-    a.dt_bias = get_or_undefined(in, "dt_bias");
-    a.h0 = get_or_undefined(in, "h0");
-    a.scale = scale_of(c);
-    a.use_qk_l2norm_in_kernel = flag(c, kL2Norm);
-    a.use_gate_in_kernel = flag(c, kGateInKernel);
-    a.lower_bound = lower_bound(c);
-    a.use_beta_sigmoid_in_kernel = flag(c, kBetaSigmoid);
-    a.allow_neg_eigval = flag(c, kNegEigval);
-    set_common_args(a, c);
-    return a;
+std::vector<scenario::FamilyIssue> check(const Case& c) {
+    std::vector<scenario::FamilyIssue> issues;
+    check_grouped_value_heads(issues, c);
+    check_neg_eigval(issues, c);
+    if (lower_bound(c.options.at(kLowerBound)) && !flag(c, kGateInKernel))
+        issues.push_back({std::string("options.") + kLowerBound,
+                          "lower_bound is a form of the in-kernel gate",
+                          "set options.use_gate_in_kernel = true, or leave lower_bound out"});
+    return issues;
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
-    const kernels::KdaArgs a = kernel_args(c, in);
-    const bool chunk = is_chunk("kda", variant);
-    KernelResult result;
-    result.contract = kernels::kda_contract(variant, backward, a);
-    TensorMap raw;
-    if (!backward) {
-        const kernels::KdaFwd f =
-            chunk ? kernels::kda_chunk_fwd_cpu(a) : kernels::kda_recurrent_fwd_cpu(a);
-        raw = {{"o", f.o}, {"ht", f.ht}};
-    } else {
-        const at::Tensor d_o = cot.at("d_o");
-        const at::Tensor dht = cot.at("dht");
-        const kernels::KdaGrads g = chunk ? kernels::kda_chunk_bwd_cpu(a, d_o, dht)
-                                          : kernels::kda_recurrent_bwd_cpu(a, d_o, dht);
-        raw = {{"dq", g.dq},
-               {"dk", g.dk},
-               {"dv", g.dv},
-               {"dg", g.dg},
-               {"dbeta", g.dbeta},
-               {"dA_log", g.dA_log},
-               {"ddt_bias", g.ddt_bias},
-               {"dh0", g.dh0}};
-    }
-    result.results = head_last_results(c, measured(c, backward), raw);
-    return result;
-}
-
-ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
-    return stored_chunk_states(c, kernel_args(c, in), kernels::kda_chunk_fwd_cpu,
-                               reference_inputs(c, reference_in), ref::kda_fwd);
+std::optional<Generator> draw(const Case& c, const std::string& name) {
+    // unnormalised randn keys make the delta rule's transition I − β k kᵀ expand (‖k‖² ≈ K);
+    // without the in-kernel l2norm, q and k are drawn with ‖k‖ ≈ 1
+    if ((name == "q" || name == "k") && !flag(c, kL2Norm))
+        return Generator{"randn", 1.0 / std::sqrt(static_cast<double>(c.K))};
+    // the raw gate the kernel activates, or a logit the kernel passes through its sigmoid
+    if (name == "g" && flag(c, kGateInKernel)) return Generator{};
+    if (name == "beta" && flag(c, kBetaSigmoid)) return Generator{};
+    return std::nullopt;
 }
 
 }  // namespace
 
 Family kda_family() {
     Family f;
-    f.info.name = "kda";
-    f.info.summary =
+    f.name = "kda";
+    f.summary =
         "Kimi Delta Attention: the gated delta rule with a per-key-dimension decay, grouped "
         "value heads";
-    f.info.variants = {"chunk", "recurrent"};
-    f.info.inputs = {"q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "d_o", "dht"};
-    f.info.measured = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0"};
-    // l2norm defaults on, unlike FLA's flag: randn keys need it (see inputs()), and FLA's own
+    // l2norm defaults on, unlike FLA's flag: randn keys need it (see draw()), and FLA's own
     // KDA tests and benchmark normalise q and k
-    f.info.options = {{kL2Norm, {"true", "false"}},
-                      {kGateInKernel, {"false", "true"}},
-                      {kLowerBound, {"none", "-5", "-1"}},
-                      {kBetaSigmoid, {"false", "true"}},
-                      {kNegEigval, {"false", "true"}}};
-    f.info.check = check;
-    f.inputs = inputs;
-    f.cotangents = cotangents;
-    f.measured = measured;
+    f.options = {{kL2Norm, {"true", "false"}},
+                 {kGateInKernel, {"false", "true"}},
+                 {kLowerBound, {"none", "-5", "-1"}},
+                 {kBetaSigmoid, {"false", "true"}},
+                 {kNegEigval, {"false", "true"}}};
+    // Generator spelled out before a condition: GCC 12 at -O3 otherwise warns
+    // (-Wmaybe-uninitialized) about the list's cleanup path
+    f.tensors = {
+        {"q", Role::input, "B T H K", DTypeSetting::inputs},
+        {"k", Role::input, "B T H K", DTypeSetting::inputs},
+        {"v", Role::input, "B T HV V", DTypeSetting::inputs},
+        // a log decay, unless the kernel activates a raw gate
+        {"g", Role::gate, "B T HV K", DTypeSetting::gate, {"logsigmoid"}},
+        // β in [0, 1), unless the kernel passes a logit through its sigmoid
+        {"beta", Role::gate, "B T HV", DTypeSetting::gate, {"rand"}},
+        {"A_log", Role::gate, "HV", DTypeSetting::gate, Generator{"randn", 0.5},
+         "use_gate_in_kernel=true"},
+        {"dt_bias", Role::gate, "HV*K", DTypeSetting::gate, Generator{}, "use_gate_in_kernel=true"},
+        {"h0", Role::state, "N HV K V", DTypeSetting::state, Generator{}, "initial_state"},
+        {"o", Role::output, "B T HV V", DTypeSetting::output},
+        {"ht", Role::output, "N HV K V", DTypeSetting::state},
+        {"d_o", Role::cotangent, "B T HV V", DTypeSetting::output},
+        {"dht", Role::cotangent, "N HV K V", DTypeSetting::state},
+    };
+    f.draw = draw;
+    f.check = check;
     f.reference = reference;
-    f.run_cpu = run_cpu;
-    f.chunk_states = chunk_states;
+    f.reference_check = [](const Call& c) {
+        return outputs(ref::kda_fwd_chunked(reference_inputs(c), c.chunk_size));
+    };
+    f.stores_chunk_states = true;
     return f;
 }
 

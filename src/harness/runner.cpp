@@ -122,35 +122,58 @@ std::vector<double> values_of(const at::Tensor& t) {
     return {d.data_ptr<double>(), d.data_ptr<double>() + d.numel()};
 }
 
-// The chunk states a chunk forward stored beside the reference's, and rel_rmse per chunk.
-report::Intermediates chunk_intermediates(const Case& c, const Family& family,
-                                          const CaseTensors& in) {
-    const ChunkStates states = family.chunk_states(c, in.kernel, in.reference);
-    LAV_ASSERT(states.reference.sizes() == states.kernel.sizes(), c.family, " reference states ",
-               states.reference.sizes(), " beside kernel states ", states.kernel.sizes());
+// The chunk states the CPU chunk row stored beside the reference's, and rel_rmse per chunk.
+report::Intermediates chunk_intermediates(const Case& c, const Family& family, const Row& row,
+                                          Call kernel, Call reference) {
+    kernel.keep_chunk_states = true;
+    reference.keep_chunk_states = true;
+    const at::Tensor h = row.forward(kernel).at("h");
+    const at::Tensor h_ref = family.reference(reference, false).at("states");
+    LAV_ASSERT(h_ref.sizes() == h.sizes(), c.family, " reference states ", h_ref.sizes(),
+               " beside kernel states ", h.sizes());
+    const int64_t steps = family.steps_option.empty() ? 1 : kernel.int_option(family.steps_option);
     report::Intermediates d;
     d.case_id = c.id;
     d.family = c.family;
     d.variant = "chunk";
     d.input_dtype = dtype_name(c.input_dtype);
-    d.state_dtype = scalar_type_name(states.kernel.scalar_type());
+    d.state_dtype = scalar_type_name(h.scalar_type());
     d.layout = layout_name(c.layout);
     d.shape = shape_name(c);
     d.chunk_size = c.chunk_size;
-    d.dims = states.kernel.sizes().vec();
-    d.h = values_of(states.kernel);
-    d.h_ref = values_of(states.reference);
+    d.dims = h.sizes().vec();
+    d.h = values_of(h);
+    d.h_ref = values_of(h_ref);
     // blocks of one chunk along dim 0: the drift curve is the per-chunk rel_rmse
-    const std::vector<double> per_chunk =
-        metrics::measure(states.kernel, states.reference, 0, 1).drift;
+    const std::vector<double> per_chunk = metrics::measure(h, h_ref, 0, 1).drift;
     // chunks cut each sequence's steps: its positions, or gated_delta_product's sub-steps
     int64_t chunk = 0;
     for (const Sequence& s : sequences(c.B, c.T, c.cu_seqlens))
-        for (int64_t step = 0; step < s.length() * states.steps; step += c.chunk_size, ++chunk)
+        for (int64_t step = 0; step < s.length() * steps; step += c.chunk_size, ++chunk)
             d.chunks.push_back({chunk, s.index, step, per_chunk.at(chunk)});
-    LAV_ASSERT(chunk == states.kernel.size(0), c.family, " stored ", states.kernel.size(0),
-               " chunk states for ", chunk, " chunks");
+    LAV_ASSERT(chunk == h.size(0), c.family, " stored ", h.size(0), " chunk states for ", chunk,
+               " chunks");
     return d;
+}
+
+// A row's results as the runner measures them: on the CPU, in head_last order.
+TensorMap measured_results(const Case& c, const std::vector<MeasuredSpec>& measured,
+                           const TensorMap& results) {
+    TensorMap out;
+    for (const MeasuredSpec& m : measured) {
+        const auto it = results.find(m.name);
+        if (it == results.end() || !it->second.defined()) continue;
+        const at::Tensor t = it->second.cpu();
+        out[m.name] = m.time_dim >= 0 ? to_head_last(t, c.layout) : t;
+    }
+    return out;
+}
+
+// The call with both sets of tensors: the inputs, and the cotangents for a backward pass.
+Call with_tensors(Call call, const TensorMap& inputs, const TensorMap& cotangents) {
+    call.tensors = inputs;
+    call.tensors.insert(cotangents.begin(), cotangents.end());
+    return call;
 }
 
 // The rows of a case's trace that the kernel of record `r` declares: one per item of its
@@ -191,21 +214,23 @@ std::string shape_name(const Case& c) {
 void run_case(const Registry& registry, const Case& c, const RunOptions& options,
               const std::function<void(CaseRecord)>& sink) {
     const Family& family = registry.get(c.family);
-    const std::vector<TensorSpec> specs = family.inputs(c);
+    const std::vector<TensorSpec> specs = specs_of(family, c, Role::input);
+    const Call base = call_of(family, c);
     CaseTensors in = make_tensors(specs, c, kInputSalt);
     Audit audit;
     // one record per variant and pass when no kernel can run: the case's result, not a crash
     const auto stop = [&](const std::string& verdict, const std::string& message) {
         for (const auto& variant : c.variants)
-            for (const auto& pass : passes_of(c)) {
-                CaseRecord r = blank_record(c, variant,
-                                            backend_for(family, c, variant, options.backend), pass);
-                r.findings = audit.findings;
-                r.trace = audit.trace;
-                r.verdict = verdict;
-                r.message = message;
-                sink(std::move(r));
-            }
+            for (const auto& backend : options.backends)
+                for (const auto& pass : passes_of(c)) {
+                    const Choice choice = choose_row(registry, c.family, variant, base, backend);
+                    CaseRecord r = blank_record(c, variant, choice.backend, pass);
+                    r.findings = audit.findings;
+                    r.trace = audit.trace;
+                    r.verdict = verdict;
+                    r.message = message;
+                    sink(std::move(r));
+                }
     };
     if (c.prologue) {
         try {
@@ -222,16 +247,25 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
         }
     }
     const CaseTensors cot =
-        c.backward ? make_tensors(family.cotangents(c), c, kCotangentSalt) : CaseTensors{};
-    const TensorMap gold = family.reference(c, in.reference, cot.reference, c.backward);
-    for (const auto& [name, t] : gold)
+        c.backward ? make_tensors(specs_of(family, c, Role::cotangent), c, kCotangentSalt)
+                   : CaseTensors{};
+    Call reference = with_tensors(base, in.reference, cot.reference);
+    reference.layout = Layout::head_last;
+    TensorMap gold;
+    for (const auto& [name, t] : family.reference(reference, c.backward)) {
+        if (!t.defined()) continue;  // an optional result the case does not have
         LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
+        gold[name] = t;
+    }
     const auto& vs = c.variants;
-    if (options.on_intermediates && family.chunk_states &&
+    const Row* chunk_cpu = registry.rows().find(c.family, "chunk", "cpu");
+    if (options.on_intermediates && family.stores_chunk_states && chunk_cpu &&
         std::find(vs.begin(), vs.end(), "chunk") != vs.end()) {
         std::vector<report::Intermediates> dumps;
         try {
-            dumps.push_back(chunk_intermediates(c, family, in));
+            dumps.push_back(chunk_intermediates(c, family, *chunk_cpu,
+                                                with_tensors(base, in.kernel, {}),
+                                                with_tensors(reference, in.reference, {})));
         } catch (const InternalError&) {
             throw;
         } catch (const Error&) {
@@ -242,52 +276,57 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
 
     // the records wait for the case's last kernel: each carries what every kernel declares
     std::vector<CaseRecord> records;
-    for (const auto& variant : c.variants) {
-        const std::string backend = backend_for(family, c, variant, options.backend);
-        const bool cuda = backend == "cuda";
-        const auto& cv = family.cuda_variants;
-        const bool has_kernel = !cuda || std::find(cv.begin(), cv.end(), variant) != cv.end();
-        for (const auto& pass : passes_of(c)) {
-            CaseRecord r = blank_record(c, variant, backend, pass);
-            r.findings = audit.findings;
-            r.trace = audit.trace;
-            const bool backward = pass == "bwd";
-            const auto start = std::chrono::steady_clock::now();
-            try {
-                LAV_CHECK(has_kernel, "lav has no CUDA kernel for ", c.family, " ", variant);
-                KernelResult k = cuda ? family.run_cpu(c, variant, to_cuda(in.kernel),
-                                                       to_cuda(cot.kernel), backward)
-                                      : family.run_cpu(c, variant, in.kernel, cot.kernel, backward);
-                if (cuda) k.results = to_cpu(k.results);
-                r.seconds =
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-                r.contract = k.contract;
-                for (const auto& m : family.measured(c, backward)) {
-                    const auto it = k.results.find(m.name);
-                    LAV_ASSERT(it != k.results.end(), variant, " returned no ", m.name);
-                    judge(c, m, it->second, gold.at(m.name), k.contract, r);
+    for (const auto& variant : c.variants)
+        for (const auto& backend : options.backends) {
+            const Choice choice = choose_row(registry, c.family, variant, base, backend);
+            for (const auto& pass : passes_of(c)) {
+                CaseRecord r = blank_record(c, variant, choice.backend, pass);
+                r.findings = audit.findings;
+                r.trace = audit.trace;
+                const bool backward = pass == "bwd";
+                const auto start = std::chrono::steady_clock::now();
+                try {
+                    LAV_CHECK(choice.row, "lav has no ", choice.backend, " row for ", c.family, " ",
+                              variant);
+                    const Row& row = *choice.row;
+                    Call call =
+                        with_tensors(base, to_device(in.kernel, row.device),
+                                     backward ? to_device(cot.kernel, row.device) : TensorMap{});
+                    const TensorMap raw = backward ? row.backward(call) : row.forward(call);
+                    const std::vector<MeasuredSpec> measured = measured_of(family, c, backward);
+                    const TensorMap results = measured_results(c, measured, raw);
+                    r.seconds =
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                            .count();
+                    r.contract = row.contract(call, backward);
+                    for (const auto& m : measured) {
+                        const auto it = results.find(m.name);
+                        LAV_ASSERT(it != results.end(), variant, " returned no ", m.name);
+                        judge(c, m, it->second, gold.at(m.name), r.contract, r);
+                    }
+                    bool pass_all = true;
+                    for (const auto& row_metrics : r.metrics)
+                        pass_all = pass_all && row_metrics.pass;
+                    const bool refused = options.strict_boundary && audit.boundary_mismatch;
+                    r.verdict = pass_all && !refused ? "pass" : "fail";
+                    if (refused)
+                        r.message =
+                            "a kernel input reached the kernel in a dtype, shape or layout its "
+                            "contract refuses";
+                    else if (!pass_all)
+                        r.message = "a measure is outside its bound or contract";
+                } catch (const InternalError&) {
+                    throw;
+                } catch (const std::exception& e) {
+                    r.seconds =
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                            .count();
+                    r.verdict = "error";
+                    r.message = e.what();
                 }
-                bool pass_all = true;
-                for (const auto& row : r.metrics) pass_all = pass_all && row.pass;
-                const bool refused = options.strict_boundary && audit.boundary_mismatch;
-                r.verdict = pass_all && !refused ? "pass" : "fail";
-                if (refused)
-                    r.message =
-                        "a kernel input reached the kernel in a dtype, shape or layout its "
-                        "contract refuses";
-                else if (!pass_all)
-                    r.message = "a measure is outside its bound or contract";
-            } catch (const InternalError&) {
-                throw;
-            } catch (const std::exception& e) {
-                r.seconds =
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-                r.verdict = "error";
-                r.message = e.what();
+                records.push_back(std::move(r));
             }
-            records.push_back(std::move(r));
         }
-    }
     std::vector<report::TraceRow> declared;
     for (const CaseRecord& r : records) {
         const std::vector<report::TraceRow> rows = declared_rows(r);

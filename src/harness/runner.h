@@ -18,15 +18,16 @@ namespace lav::harness {
 struct RunOptions {
     /// a BOUNDARY_MISMATCH fails the case (otherwise the kernel runs on the cast inputs)
     bool strict_boundary = false;
-    /// "auto", "cpu" or "cuda" (backend.h)
-    std::string backend = "auto";
+    /// the backends each variant runs on, one record each: "auto" (backend.h) or a backend's
+    /// name (cpu, cuda, a provider's)
+    std::vector<std::string> backends = {"auto"};
     /// when set, gets each case's intermediates (lav run --dump-intermediates): the stored chunk
     /// states of its "chunk" variant's CPU forward beside the reference's, for the families
     /// that hand them out
     std::function<void(const std::vector<report::Intermediates>&)> on_intermediates;
 };
 
-/// Runs `c` on the backend `options` names: one record per (variant, pass), handed to `sink`
+/// Runs `c` on the backends `options` names: one record per (variant, backend, pass), handed to `sink`
 /// once the case's last kernel has run. A case with a prologue runs it under the dtype tracer
 /// first. Every record of the case carries the case's trace (the traced prologue, then the
 /// precision-contract items of each variant and pass that ran, as declared rows) and the

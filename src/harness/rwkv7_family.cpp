@@ -1,12 +1,7 @@
-// src/harness/rwkv7_family.cpp — rwkv7's tensors, options (DPLR or IPLR form, tied or drawn b),
-// reference and CPU backend behind Family.
-#include <ATen/ATen.h>
-
+// src/harness/rwkv7_family.cpp — rwkv7 declared: its tensors, options (form, tied b), reference.
 #include <cmath>
 
 #include "harness/family_support.h"
-#include "harness/registry.h"
-#include "kernels/rwkv7/rwkv7.h"
 #include "reference/rwkv7.h"
 
 namespace lav::harness {
@@ -15,73 +10,30 @@ namespace {
 using scenario::Case;
 using scenario::Generator;
 
-constexpr const char* kForm = "form";
-constexpr const char* kB = "b";
-
-bool dplr(const Case& c) { return c.options.at(kForm) == "dplr"; }
-bool b_is_neg_a(const Case& c) { return c.options.at(kB) == "neg_a"; }
-
-// chunk_rwkv7's default scale is 1.0, not K^-0.5 (fla/ops/rwkv7/chunk.py)
-double rwkv7_scale(const Case& c) { return c.scale ? *c.scale : 1.0; }
-
-std::vector<TensorSpec> inputs(const Case& c) {
-    const std::vector<int64_t> key = {c.B, c.T, c.H, c.K};
-    // ‖a‖ ≈ 1: with b = −a the transition D − a aᵀ then has no eigenvalue above 1 in magnitude
-    const Generator unit{"randn", 1.0 / std::sqrt(static_cast<double>(c.K))};
-    std::vector<TensorSpec> specs = {{"q", key, c.input_dtype, true, Generator{}}};
-    if (dplr(c)) specs.push_back({"w", key, c.gate_dtype, true, Generator{"logsigmoid"}});
-    specs.push_back({"k", key, c.input_dtype, true, Generator{}});
-    specs.push_back({"v", {c.B, c.T, c.H, c.V}, c.input_dtype, true, Generator{}});
-    specs.push_back({"a", key, c.input_dtype, true, unit});
-    if (!b_is_neg_a(c)) specs.push_back({"b", key, c.input_dtype, true, unit});
-    if (c.initial_state) specs.push_back(kv_state_spec(c, "h0", c.H));
-    return specs;
-}
-
-std::vector<TensorSpec> cotangents(const Case& c) { return output_state_cotangents(c, c.H); }
-
-std::vector<MeasuredSpec> measured(const Case& c, bool backward) {
-    using metrics::TensorKind;
-    if (!backward) return output_state_measured();
-    std::vector<MeasuredSpec> out = qkv_grads_measured();
-    out.push_back({"da", TensorKind::gradient, 1});
-    out.push_back({"db", TensorKind::gradient, 1});
-    if (dplr(c)) out.push_back({"dw", TensorKind::gate_grad, 1});
-    if (c.initial_state) out.push_back({"dh0", TensorKind::gradient, -1});
-    return out;
-}
-
-std::vector<scenario::FamilyIssue> check(const Case& c) {
-    std::vector<scenario::FamilyIssue> issues;
-    check_one_value_head(issues, c);
-    return issues;
-}
-
-/// b as the kernel and the reference see it: the drawn input, or exactly −a.
-at::Tensor b_of(const Case& c, const TensorMap& in) {
-    return b_is_neg_a(c) ? -in.at("a") : in.at("b");
-}
-
-ref::Rwkv7Inputs reference_inputs(const Case& c, const TensorMap& in) {
+ref::Rwkv7Inputs reference_inputs(const Call& c) {
     ref::Rwkv7Inputs r;
-    r.q = in.at("q");
-    r.w = get_or_undefined(in, "w");
-    r.k = in.at("k");
-    r.v = in.at("v");
-    r.a = in.at("a");
-    r.b = b_of(c, in);
-    r.h0 = get_or_undefined(in, "h0");
+    r.q = c.need("q");
+    r.w = c.get("w");
+    r.k = c.need("k");
+    r.v = c.need("v");
+    r.a = c.need("a");
+    r.b = c.option("b") == "neg_a" ? -r.a : c.need("b");
+    r.h0 = c.get("h0");
     r.cu_seqlens = c.cu_seqlens;
-    r.scale = rwkv7_scale(c);
+    r.scale = c.scale;
+    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
     return r;
 }
 
-TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bool backward) {
-    const ref::Rwkv7Inputs r = reference_inputs(c, in);
-    const ref::Rwkv7Outputs fwd = ref::rwkv7_fwd(r);
-    TensorMap out = {{"o", fwd.o}, {"ht", fwd.ht}};
+TensorMap outputs(const ref::Rwkv7Outputs& f) {
+    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
+}
+
+TensorMap reference(const Call& c, bool backward) {
+    const ref::Rwkv7Inputs r = reference_inputs(c);
+    TensorMap out = outputs(ref::rwkv7_fwd(r));
     if (backward) {
-        const ref::Rwkv7Grads g = ref::rwkv7_bwd(r, cot.at("d_o"), cot.at("dht"));
+        const ref::Rwkv7Grads g = ref::rwkv7_bwd(r, c.need("d_o"), c.need("dht"));
         add_defined(out, {{"dq", g.dq},
                           {"dk", g.dk},
                           {"dv", g.dv},
@@ -93,70 +45,54 @@ TensorMap reference(const Case& c, const TensorMap& in, const TensorMap& cot, bo
     return out;
 }
 
-kernels::Rwkv7Args kernel_args(const Case& c, const TensorMap& in) {
-    kernels::Rwkv7Args a;
-    a.q = in.at("q");
-    a.w = get_or_undefined(in, "w");
-    a.k = in.at("k");
-    a.v = in.at("v");
-    a.a = in.at("a");
-    // negation is exact in every dtype, so a tied b costs no rounding
-    a.b = b_of(c, in);
-    a.h0 = get_or_undefined(in, "h0");
-    a.scale = rwkv7_scale(c);
-    set_common_args(a, c);
-    return a;
+std::vector<scenario::FamilyIssue> check(const Case& c) {
+    std::vector<scenario::FamilyIssue> issues;
+    check_one_value_head(issues, c);
+    return issues;
 }
 
-KernelResult run_cpu(const Case& c, const std::string& variant, const TensorMap& in,
-                     const TensorMap& cot, bool backward) {
-    const kernels::Rwkv7Args a = kernel_args(c, in);
-    const bool chunk = is_chunk("rwkv7", variant);
-    KernelResult result;
-    result.contract = kernels::rwkv7_contract(variant, backward, a);
-    TensorMap raw;
-    if (!backward) {
-        const kernels::Rwkv7Fwd f =
-            chunk ? kernels::rwkv7_chunk_fwd_cpu(a) : kernels::rwkv7_recurrent_fwd_cpu(a);
-        raw = {{"o", f.o}, {"ht", f.ht}};
-    } else {
-        const at::Tensor d_o = cot.at("d_o");
-        const at::Tensor dht = cot.at("dht");
-        const kernels::Rwkv7Grads g = chunk ? kernels::rwkv7_chunk_bwd_cpu(a, d_o, dht)
-                                            : kernels::rwkv7_recurrent_bwd_cpu(a, d_o, dht);
-        raw = {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv},  {"da", g.da},
-               {"db", g.db}, {"dw", g.dw}, {"dh0", g.dh0}};
-    }
-    result.results = head_last_results(c, measured(c, backward), raw);
-    return result;
-}
-
-ChunkStates chunk_states(const Case& c, const TensorMap& in, const TensorMap& reference_in) {
-    return stored_chunk_states(c, kernel_args(c, in), kernels::rwkv7_chunk_fwd_cpu,
-                               reference_inputs(c, reference_in), ref::rwkv7_fwd);
+// ‖a‖ ≈ 1: with b = −a the transition D − a aᵀ then has no eigenvalue above 1 in magnitude
+std::optional<Generator> draw(const Case& c, const std::string& name) {
+    if (name == "a" || name == "b")
+        return Generator{"randn", 1.0 / std::sqrt(static_cast<double>(c.K))};
+    return std::nullopt;
 }
 
 }  // namespace
 
 Family rwkv7_family() {
     Family f;
-    f.info.name = "rwkv7";
-    f.info.summary =
+    f.name = "rwkv7";
+    f.summary =
         "RWKV-7 / generalized delta rule: S = (diag(exp w) + b a^T) S + k v^T (dplr), or "
         "without the decay (iplr)";
-    f.info.variants = {"chunk", "recurrent"};
-    f.info.inputs = {"q", "w", "k", "v", "a", "b", "h0", "d_o", "dht"};
-    f.info.measured = {"o", "ht", "dq", "dk", "dv", "da", "db", "dw", "dh0"};
     // b = −a (FLA's DPLR test convention) keeps every case stable by default; "input" draws b
     // or takes it from a prologue (RWKV-7's a = −k̂, b = k̂ ⊙ η)
-    f.info.options = {{kForm, {"dplr", "iplr"}}, {kB, {"neg_a", "input"}}};
-    f.info.check = check;
-    f.inputs = inputs;
-    f.cotangents = cotangents;
-    f.measured = measured;
+    f.options = {{"form", {"dplr", "iplr"}}, {"b", {"neg_a", "input"}}};
+    // chunk_rwkv7's default scale is 1.0, not K^-0.5 (fla/ops/rwkv7/chunk.py)
+    f.default_scale = 1.0;
+    // w after b keeps the measured order of the gradients: dq, dk, dv, da, db, dw, dh0
+    f.tensors = {
+        {"q", Role::input, "B T H K", DTypeSetting::inputs},
+        {"k", Role::input, "B T H K", DTypeSetting::inputs},
+        {"v", Role::input, "B T H V", DTypeSetting::inputs},
+        {"a", Role::input, "B T H K", DTypeSetting::inputs},
+        // drawn in every case so that db is measured: with b = neg_a, exactly −a takes its place
+        {"b", Role::input, "B T H K", DTypeSetting::inputs},
+        {"w", Role::gate, "B T H K", DTypeSetting::gate, {"logsigmoid"}, "form=dplr"},
+        {"h0", Role::state, "N H K V", DTypeSetting::state, {}, "initial_state"},
+        {"o", Role::output, "B T H V", DTypeSetting::output},
+        {"ht", Role::output, "N H K V", DTypeSetting::state},
+        {"d_o", Role::cotangent, "B T H V", DTypeSetting::output},
+        {"dht", Role::cotangent, "N H K V", DTypeSetting::state},
+    };
+    f.draw = draw;
+    f.check = check;
     f.reference = reference;
-    f.run_cpu = run_cpu;
-    f.chunk_states = chunk_states;
+    f.reference_check = [](const Call& c) {
+        return outputs(ref::rwkv7_fwd_chunkwise(reference_inputs(c), c.chunk_size));
+    };
+    f.stores_chunk_states = true;
     return f;
 }
 

@@ -398,5 +398,36 @@ TEST(Cli, HelpListAndValidate) {
     EXPECT_NE(validate.output.find("simple_gla_varlen.toml"), std::string::npos);
 }
 
+// The declaration as JSON: every family with its tensors and its rows, which the benchmark
+// and the ops library read instead of keeping lists of their own.
+TEST(Cli, ListAsJsonCarriesEveryFamilysDeclarationAndRows) {
+    const Result json = lav("list --format json");
+    ASSERT_EQ(json.code, 0) << json.output;
+    for (const char* family : {"simple_gla", "gla", "hgrn", "delta_rule", "gated_delta_rule", "kda",
+                               "rwkv6", "rwkv7", "comba", "gated_delta_product", "mesa_net",
+                               "based", "rebased", "gsa"})
+        EXPECT_NE(json.output.find(std::string("{\"name\": \"") + family + "\""),
+                  std::string::npos)
+            << family;
+    for (const char* text : {"\"role\": \"cotangent\"", "\"shape\": \"N H K V\"",
+                             "\"when\": \"initial_state\"",
+                             "{\"variant\": \"chunk\", \"backend\": \"cpu\", \"device\": \"cpu\"}"})
+        EXPECT_NE(json.output.find(text), std::string::npos) << text;
+    EXPECT_EQ(lav("list --format yaml").code, 2);
+}
+
+// --backend names a backend this build has rows for: an unknown name is a usage error, cuda in
+// a CPU-only build an environment error.
+TEST(Cli, BackendMustBeOneThisBuildHas) {
+    const Result unknown = lav("run scenarios/smoke --backend tpu --out /dev/null");
+    EXPECT_EQ(unknown.code, 2) << unknown.output;
+    EXPECT_NE(unknown.output.find("--backend takes auto, cpu"), std::string::npos)
+        << unknown.output;
+    if (std::string(lav("list").output).find("backends: cpu, cuda") != std::string::npos) return;
+    const Result cuda = lav("run scenarios/smoke --backend cuda --out /dev/null");
+    EXPECT_EQ(cuda.code, 3) << cuda.output;
+    EXPECT_NE(cuda.output.find("CPU-only"), std::string::npos) << cuda.output;
+}
+
 }  // namespace
 }  // namespace lav

@@ -1,7 +1,7 @@
 // tests/common/family_test.h — what the kernel families' tests share: error measures, seeded
-// quantised inputs, named results, bounds tables, the head_first / varlen / chunk-size
-// equivalence loops, the autograd gradient driver and the fp64-only op recorder. Test code
-// only (GoogleTest assertions inside); no family's math lives here.
+// quantised inputs, named results, bounds tables, the varlen equivalence loop, the autograd
+// gradient driver and the fp64-only op recorder. Test code only (GoogleTest assertions inside);
+// no family's math lives here.
 //
 // A family test builds its own inputs and calls, and hands them to these helpers as Results
 // and callables:
@@ -38,8 +38,6 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "core/layout.h"
-#include "core/precision_contract.h"
 #include "core/varlen.h"
 
 namespace lav::test {
@@ -138,9 +136,6 @@ inline std::vector<int64_t> cu_vector(const at::Tensor& cu) {
 inline c10::ScalarType output_dtype(c10::ScalarType out, c10::ScalarType in) {
     return out == c10::ScalarType::Undefined ? in : out;
 }
-
-/// [B, T, H, ...] -> [B, H, T, ...], physically.
-inline at::Tensor to_head_first(const at::Tensor& x) { return x.transpose(1, 2).contiguous(); }
 
 /// "B2_T64_H3_K16" from {{"B", 2}, {"T", 64}, {"H", 3}, {"K", 16}}, with "_varlen" if varlen.
 inline std::string shape_name(std::initializer_list<std::pair<const char*, int64_t>> dims,
@@ -298,31 +293,7 @@ inline std::string variant_dtype_name(const testing::TestParamInfo<VariantDtypes
     return variant + "_" + dtype_str(in) + "_state" + dtype_str(state);
 }
 
-/// Expects each result to have the dtype its contract names: o and ht the forward's, the
-/// gradients the backward's.
-inline void expect_contract_dtypes(const std::string& what, const Results& got,
-                                   const PrecisionContract& fwd, const PrecisionContract& bwd) {
-    for (const std::string& name : got.names()) {
-        const PrecisionContract& c = name == "o" || name == "ht" ? fwd : bwd;
-        EXPECT_EQ(got[name].scalar_type(), to_scalar_type(c.dtype_of(name))) << what << " " << name;
-    }
-}
-
 // ---- equivalences ----
-
-/// Expects head_first inputs to give bitwise the head_last results: the `time_major` ones
-/// back in head_first order, every other one unchanged.
-inline void expect_head_first_equal(const std::string& what, const Results& head_last,
-                                    const Results& head_first,
-                                    const std::vector<std::string>& time_major) {
-    for (const std::string& name : head_last.names()) {
-        const bool transposed =
-            std::find(time_major.begin(), time_major.end(), name) != time_major.end();
-        const at::Tensor b =
-            transposed ? to_head_last(head_first[name], Layout::head_first) : head_first[name];
-        EXPECT_TRUE(at::equal(head_last[name], b)) << what << " " << name;
-    }
-}
 
 /// Time rows [seq.begin, seq.end) of a [B, T, ...] tensor of a single-row batch, as a copy.
 inline at::Tensor seq_rows(const at::Tensor& x, const Sequence& seq) {
@@ -357,30 +328,6 @@ void expect_varlen_matches_alone(const std::string& what, const std::vector<int6
             expect_same(name, alone[name], packed[name].slice(1, seq.begin, seq.end));
         for (const std::string& name : per_sequence)
             expect_same(name, alone[name], packed[name].slice(0, seq.index, seq.index + 1));
-    }
-}
-
-/// Expects the chunk variant at each of `chunks` (run_chunk(c)) and the recurrent variant to
-/// agree with `base`, the chunk variant at its own chunk size, within bound(name); o must
-/// differ from base, or the chunk size was ignored.
-template <typename RunChunk, typename BoundFn>
-void expect_chunk_sizes_agree(const Results& base, const std::vector<int64_t>& chunks,
-                              const RunChunk& run_chunk, const Results& recurrent,
-                              const BoundFn& bound) {
-    for (const int64_t chunk : chunks) {
-        const Results got = run_chunk(chunk);
-        for (const std::string& name : base.names()) {
-            if (!base[name].defined()) continue;
-            const double err = rel_rmse(got[name], base[name]);
-            EXPECT_LT(err, bound(name)) << "chunk " << chunk << " " << name;
-            if (name == "o") {
-                EXPECT_GT(err, 0.0) << "chunk " << chunk;
-            }
-        }
-    }
-    for (const std::string& name : base.names()) {
-        if (!base[name].defined()) continue;
-        EXPECT_LT(rel_rmse(recurrent[name], base[name]), bound(name)) << "recurrent " << name;
     }
 }
 
@@ -442,7 +389,7 @@ void expect_default_scale(In in, double inv_sqrt_k, const Fwd& fwd, const OtherF
 // ---- fp64 discipline ----
 
 /// Records, on this thread, every aten op that reads or writes a floating tensor other than
-/// fp64: the same view of the run that the dtype tracer takes (ARCHITECTURE.md).
+/// fp64: the same view of the run that the dtype tracer takes (src/trace/tracer.h).
 class NonFp64OpRecorder {
   public:
     NonFp64OpRecorder() {

@@ -1,6 +1,6 @@
 // tests/common/feature_map_cpu_test.h — the CPU-backend test bodies based and rebased share
-// (parallel, chunk, recurrent against the fp64 reference; layouts, varlen, chunk sizes, contract
-// dtypes, argument checks). Each test file keeps its TEST names and a traits struct F:
+// (parallel, chunk, recurrent against the fp64 reference; argument checks). Each test file keeps
+// its TEST names and a traits struct F:
 //
 //   struct F {
 //       using Args;       // kernels::BasedArgs
@@ -11,7 +11,6 @@
 //       static auto ref_bwd(const RefInputs&, const at::Tensor& d_o);
 //       static at::Tensor fwd(const std::string& variant, const Args&);
 //       static auto bwd(const std::string& variant, const Args&, const at::Tensor& d_o);
-//       static PrecisionContract contract(const std::string& variant, bool backward, const Args&);
 //       static Bounds bounds(const std::string& variant, c10::ScalarType in, c10::ScalarType
 //       state);
 //   };
@@ -131,67 +130,6 @@ inline Shape small_shape() {
     s.V = 12;
     s.chunk = 32;
     return s;
-}
-
-template <class F>
-void expect_head_first_matches_head_last() {
-    const Data<F> hl = make_data<F>(small_shape());
-    Data<F> hf = hl;
-    hf.args.layout = Layout::head_first;
-    for (at::Tensor* t : {&hf.args.q, &hf.args.k, &hf.args.v, &hf.d_o}) *t = to_head_first(*t);
-    for (const std::string& variant : kVariants) {
-        const Results b = run<F>(variant, hf.args, hf.d_o);
-        EXPECT_EQ(b["o"].sizes(), hf.args.v.sizes()) << variant;
-        expect_head_first_equal(variant, run<F>(variant, hl.args, hl.d_o), b,
-                                {"o", "dq", "dk", "dv"});
-    }
-}
-
-template <class F>
-void expect_varlen_matches_sequences_alone() {
-    Shape s = small_shape();
-    s.B = 1;
-    s.T = 300;
-    s.cu = {0, 0, 100, 164, 300};
-    const Data<F> batch = make_data<F>(s);
-    for (const std::string& variant : kVariants) {
-        const Results all = run<F>(variant, batch.args, batch.d_o);
-        expect_all_finite(variant, all);
-        const auto run_alone = [&](const Sequence& seq) {
-            typename F::Args one = batch.args;
-            one.cu_seqlens = at::Tensor();
-            for (at::Tensor* t : {&one.q, &one.k, &one.v}) *t = seq_rows(*t, seq);
-            return run<F>(variant, one, seq_rows(batch.d_o, seq));
-        };
-        expect_varlen_matches_alone(variant, s.cu, all, run_alone, {"o", "dq", "dk", "dv"}, {},
-                                    /*skip_empty=*/true);
-    }
-}
-
-template <class F>
-void expect_chunk_sizes_agree_fp32() {
-    Shape s = small_shape();
-    s.in = at::kFloat;
-    const Data<F> d = make_data<F>(s);
-    const Results base = run<F>("chunk", d.args, d.d_o);
-    const auto run_chunk = [&](int64_t c) {
-        typename F::Args a = d.args;
-        a.chunk_size = c;
-        return run<F>("chunk", a, d.d_o);
-    };
-    expect_chunk_sizes_agree(base, {16, 64}, run_chunk, run<F>("recurrent", d.args, d.d_o),
-                             by_group(F::bounds("recurrent", s.in, s.state)));
-}
-
-template <class F>
-void expect_contract_dtypes_fp16() {
-    Shape s = small_shape();
-    s.in = at::kHalf;
-    const Data<F> d = make_data<F>(s);
-    for (const std::string& variant : kVariants)
-        expect_contract_dtypes(variant, run<F>(variant, d.args, d.d_o),
-                               F::contract(variant, false, d.args),
-                               F::contract(variant, true, d.args));
 }
 
 /// Mixed input dtypes, an unknown variant and a chunk size that is not a power of two.

@@ -33,7 +33,7 @@
 
 namespace lav::test::feature_map {
 
-// NUMERICS.md rule 4. Measured (x86-64, LibTorch 2.11 CPU): the two forms agree to 6.5e-16
+// reference/README.md, rule 4. Measured (x86-64, LibTorch 2.11 CPU): the two forms agree to 6.5e-16
 // (based) and 8.0e-15 (rebased), the gradients to 6.9e-16 and 1.3e-15 of autograd's.
 constexpr double kFormsRelTol = 1e-12;
 constexpr double kGradRelTol = 1e-10;

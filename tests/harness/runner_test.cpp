@@ -36,42 +36,48 @@ Case small_case(const std::string& family) {
 
 // A family whose backward returns every initial-state gradient in fp32 while its contract
 // declares them bf16, and dq as declared.
+const std::vector<std::string> kStates = {"h0", "hk0", "hv0", "h_kk0", "h_kv0"};
+
 Family wrong_state_family() {
-    static const std::vector<std::string> kGrads = {"dq",   "dh0",    "dhk0",
-                                                    "dhv0", "dh_kk0", "dh_kv0"};
     Family f;
-    f.info.name = "wrong_state";
-    f.info.variants = {"chunk"};
-    f.inputs = [](const Case&) {
-        return std::vector<TensorSpec>{{"q", {1, 4, 1, 2}, DType::bf16, true, {}}};
-    };
-    f.cotangents = [](const Case&) { return std::vector<TensorSpec>{}; };
-    f.measured = [](const Case&, bool backward) {
-        std::vector<MeasuredSpec> out;
-        for (const auto& name : kGrads)
-            if (backward) out.push_back({name, metrics::TensorKind::gradient, -1});
-        return out;
-    };
-    f.reference = [](const Case&, const TensorMap& in, const TensorMap&, bool) {
+    f.name = "wrong_state";
+    f.variants = {"chunk"};
+    f.tensors = {{"q", Role::input, "B T H K", DTypeSetting::inputs}};
+    for (const auto& name : kStates)
+        f.tensors.push_back({name, Role::state, "B T H K", DTypeSetting::state});
+    f.reference = [](const Call& c, bool) {
         TensorMap out;
-        for (const auto& name : kGrads) out[name] = in.at("q");
+        for (const auto& [name, t] : c.tensors) out["d" + name] = t;
         return out;
-    };
-    f.run_cpu = [](const Case&, const std::string&, const TensorMap& in, const TensorMap&, bool) {
-        KernelResult k;
-        k.contract.kernel = "wrong_state.chunk_bwd";
-        for (const auto& name : kGrads) {
-            k.contract.items.push_back({name, DType::bf16, ""});
-            k.results[name] = in.at("q").to(name == "dq" ? at::kBFloat16 : at::kFloat);
-        }
-        return k;
     };
     return f;
+}
+
+Row wrong_state_row() {
+    Row r;
+    r.family = "wrong_state";
+    r.variant = "chunk";
+    r.backend = r.device = "cpu";
+    r.forward = [](const Call&) { return TensorMap{}; };
+    r.backward = [](const Call& c) {
+        TensorMap out;
+        for (const auto& [name, t] : c.tensors)
+            out["d" + name] = t.to(name == "q" ? at::kBFloat16 : at::kFloat);
+        return out;
+    };
+    r.contract = [](const Call& c, bool) {
+        PrecisionContract contract;
+        contract.kernel = "wrong_state.chunk_bwd";
+        for (const auto& [name, t] : c.tensors) contract.items.push_back({"d" + name, DType::bf16, ""});
+        return contract;
+    };
+    return r;
 }
 
 TEST(Runner, EveryInitialStateGradientIsAState) {
     Registry registry;
     registry.add(wrong_state_family());
+    registry.rows().add(wrong_state_row());
     Case c = small_case("wrong_state");
     c.cu_seqlens.clear();
     c.forward = false;
@@ -88,11 +94,37 @@ TEST(Runner, EveryInitialStateGradientIsAState) {
     EXPECT_EQ(records[0].verdict, "fail");
 }
 
+// A backend named on the command line that has no row for the variant is the case's error
+// record, named by that backend; auto takes lav's CPU row here.
+TEST(Runner, NamedBackendWithoutARowIsAnErrorRecord) {
+    Registry registry;
+    registry.add(wrong_state_family());
+    registry.rows().add(wrong_state_row());
+    Case c = small_case("wrong_state");
+    c.cu_seqlens.clear();
+    for (const std::string backend : {"auto", "elsewhere"}) {
+        RunOptions options;
+        options.backends = {backend};
+        std::vector<report::CaseRecord> records;
+        run_case(registry, c, options,
+                 [&](report::CaseRecord r) { records.push_back(std::move(r)); });
+        ASSERT_EQ(records.size(), 1u);
+        if (backend == "auto") {
+            EXPECT_EQ(records[0].backend, "cpu");
+            EXPECT_EQ(records[0].verdict, "pass") << records[0].message;
+        } else {
+            EXPECT_EQ(records[0].backend, "elsewhere");
+            EXPECT_EQ(records[0].verdict, "error");
+            EXPECT_EQ(records[0].message, "lav has no elsewhere row for wrong_state chunk");
+        }
+    }
+}
+
 // The chunk states of a varlen case (an empty sequence, ragged last chunks), with h0 and the
 // family's default options; gated_delta_rule and kda with two value heads per key head.
 Case dump_case(const Registry& registry, const std::string& family) {
     Case c = small_case(family);
-    for (const auto& [name, values] : registry.get(family).info.options)
+    for (const auto& [name, values] : registry.get(family).options)
         c.options[name] = values.front();
     if (family == "simple_gla") c.options["gate"] = "g";
     if (family == "gated_delta_rule" || family == "kda") c.HV = 2 * c.H;

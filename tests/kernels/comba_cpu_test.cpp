@@ -1,5 +1,6 @@
-// tests/kernels/comba_cpu_test.cpp — Comba's CPU backend against the fp64 reference, and its
-// invariances: layouts, varlen, chunk sizes, contract dtypes, stability. Not a bench.
+// tests/kernels/comba_cpu_test.cpp — Comba's CPU backend against the fp64 reference, its
+// stability and its argument checks (layouts, varlen, chunk sizes and result dtypes:
+// tests/families/generic_test.cpp). Not a bench.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -178,7 +179,7 @@ TEST(CombaCpu, ZeroGateOverLongSequenceStaysFinite) {
         check_against("g = 0 T2048 bf16", variant, d, ref, {3e-2, 3e-2, 3e-2, 3e-2, 3e-2});
 }
 
-// ---- invariances ----
+// ---- arguments ----
 
 Case small_case() {
     Case s;
@@ -188,74 +189,6 @@ Case small_case() {
     s.V = 48;
     s.chunk = 32;
     return s;
-}
-
-const std::vector<std::string> kTimeMajor = {"o", "dq", "dk", "dv", "dp", "dg", "dbeta"};
-
-TEST(CombaCpu, HeadFirstMatchesHeadLastBitwise) {
-    const Data hl = make_data(small_case());
-    Data hf = hl;
-    hf.args.layout = Layout::head_first;
-    for (at::Tensor* t :
-         {&hf.args.q, &hf.args.k, &hf.args.v, &hf.args.p, &hf.args.g, &hf.args.beta, &hf.d_o})
-        *t = to_head_first(*t);
-    for (const std::string variant : {"chunk", "recurrent"}) {
-        const Results a = run(variant, hl.args, hl.d_o, hl.dht);
-        const Results b = run(variant, hf.args, hf.d_o, hf.dht);
-        EXPECT_EQ(b["o"].sizes(), hf.args.v.sizes()) << variant;
-        EXPECT_EQ(b["dp"].sizes(), hf.args.p.sizes()) << variant;
-        expect_head_first_equal(variant, a, b, kTimeMajor);
-    }
-}
-
-TEST(CombaCpu, VarlenMatchesSequencesRunAloneBitwise) {
-    Case s = small_case();
-    s.B = 1;
-    s.T = 300;
-    // an empty sequence, then ragged last chunks of 4, 0 and 8 rows
-    s.cu = {0, 0, 100, 164, 300};
-    const Data batch = make_data(s);
-    for (const std::string variant : {"chunk", "recurrent"}) {
-        const Results all = run(variant, batch.args, batch.d_o, batch.dht);
-        expect_all_finite(variant, all);
-        const auto run_alone = [&](const Sequence& seq) {
-            CombaArgs one = batch.args;
-            one.cu_seqlens = at::Tensor();
-            for (at::Tensor* t : {&one.q, &one.k, &one.v, &one.p, &one.g, &one.beta})
-                *t = seq_rows(*t, seq);
-            one.h0 = state_row(batch.args.h0, seq);
-            return run(variant, one, seq_rows(batch.d_o, seq), state_row(batch.dht, seq));
-        };
-        expect_varlen_matches_alone(variant, s.cu, all, run_alone, kTimeMajor);
-    }
-}
-
-// Chunk sizes 16 and 32 and the recurrent variant agree with chunk 64 within fp32's bound.
-TEST(CombaCpu, ChunkSizesAndRecurrentAgree) {
-    Case s = small_case();
-    s.in = at::kFloat;
-    s.chunk = 64;
-    const Data d = make_data(s);
-    const Results base = run("chunk", d.args, d.d_o, d.dht);
-    const auto run_chunk = [&](int64_t c) {
-        CombaArgs a = d.args;
-        a.chunk_size = c;
-        return run("chunk", a, d.d_o, d.dht);
-    };
-    expect_chunk_sizes_agree(base, {16, 32}, run_chunk, run("recurrent", d.args, d.d_o, d.dht),
-                             by_group(kFp32Bounds));
-}
-
-TEST(CombaCpu, ResultsHaveTheContractDtypes) {
-    Case s = small_case();
-    s.in = at::kHalf;
-    s.state = at::kBFloat16;
-    const Data d = make_data(s);
-    for (const std::string variant : {"chunk", "recurrent"}) {
-        const Results got = run(variant, d.args, d.d_o, d.dht);
-        expect_contract_dtypes(variant, got, comba_contract(variant, false, d.args),
-                               comba_contract(variant, true, d.args));
-    }
 }
 
 TEST(CombaCpu, RejectsBadArguments) {

@@ -1,6 +1,6 @@
 // tests/kernels/delta_rule_cpu_test.cpp — the delta rule's CPU backend against the fp64
-// reference, and its invariances: layouts, varlen, chunk sizes, contract dtypes, stability.
-// Not a bench.
+// reference, its stability, argument checks and declared contract (layouts, varlen, chunk sizes
+// and result dtypes: tests/families/generic_test.cpp). Not a bench.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -112,7 +112,7 @@ Results run(const std::string& variant, const DeltaRuleArgs& a, const at::Tensor
 // The recurrent variant rounds only its results (1.66e-3 for a bf16 tensor, 2.1e-4 for fp16);
 // the chunk variant adds the stored WY inverse, w, u, v_new and scores, as FLA's kernels do. The
 // bf16 chunk o and ht match FLA's own measurement of its delta rule against fp64 (4.3e-3 and
-// 3.8e-3, NUMERICS.md), and grow along the sequence the same way.
+// 3.8e-3, kernels/delta_rule/README.md), and grow along the sequence the same way.
 // bf16 inputs: FLA's acceptance (assert_close of fla/utils/_testing.py in its
 // tests/ops/test_delta.py) as lav's table has it — o and final state 5e-3, dq/dk/dv/dh0 8e-3,
 // β gradients 2e-2.
@@ -245,7 +245,7 @@ TEST(DeltaRuleCpu, BetaUpToTwoStaysFiniteAndAccurate) {
     }
 }
 
-// ---- invariances ----
+// ---- varlen and arguments ----
 
 Case small_case() {
     Case s;
@@ -258,51 +258,6 @@ Case small_case() {
     return s;
 }
 
-TEST(DeltaRuleCpu, HeadFirstMatchesHeadLastBitwise) {
-    const Data hl = make_data(small_case());
-    Data hf = hl;
-    hf.args.layout = Layout::head_first;
-    hf.args.q = to_head_first(hl.args.q);
-    hf.args.k = to_head_first(hl.args.k);
-    hf.args.v = to_head_first(hl.args.v);
-    hf.args.beta = to_head_first(hl.args.beta);
-    hf.d_o = to_head_first(hl.d_o);
-    for (const std::string variant : {"chunk", "recurrent"}) {
-        const Results a = run(variant, hl.args, hl.d_o, hl.dht);
-        const Results b = run(variant, hf.args, hf.d_o, hf.dht);
-        // outputs come back in the inputs' layout
-        EXPECT_EQ(b["o"].sizes(), hf.args.v.sizes()) << variant;
-        EXPECT_EQ(b["dq"].sizes(), hf.args.q.sizes()) << variant;
-        EXPECT_EQ(b["dbeta"].sizes(), hf.args.beta.sizes()) << variant;
-        expect_head_first_equal(variant, a, b, {"o", "dq", "dk", "dv", "dbeta"});
-    }
-}
-
-TEST(DeltaRuleCpu, VarlenMatchesSequencesRunAloneBitwise) {
-    Case s = small_case();
-    s.B = 1;
-    s.T = 300;
-    // an empty sequence, then ragged last chunks of 4 (100 = 3·32 + 4), 0 and 8 rows
-    s.cu = {0, 0, 100, 164, 300};
-    const Data batch = make_data(s);
-    for (const std::string variant : {"chunk", "recurrent"}) {
-        const Results all = run(variant, batch.args, batch.d_o, batch.dht);
-        expect_all_finite(variant, all);
-        const auto run_alone = [&](const Sequence& seq) {
-            DeltaRuleArgs one = batch.args;
-            one.cu_seqlens = at::Tensor();
-            one.q = seq_rows(batch.args.q, seq);
-            one.k = seq_rows(batch.args.k, seq);
-            one.v = seq_rows(batch.args.v, seq);
-            one.beta = seq_rows(batch.args.beta, seq);
-            one.h0 = state_row(batch.args.h0, seq);
-            return run(variant, one, seq_rows(batch.d_o, seq), state_row(batch.dht, seq));
-        };
-        expect_varlen_matches_alone(variant, s.cu, all, run_alone,
-                                    {"o", "dq", "dk", "dv", "dbeta"});
-    }
-}
-
 TEST(DeltaRuleCpu, VarlenMatchesReference) {
     Case s = small_case();
     s.B = 1;
@@ -313,21 +268,6 @@ TEST(DeltaRuleCpu, VarlenMatchesReference) {
     const Results ref = gold(d);
     for (const std::string variant : {"chunk", "recurrent"})
         expect_within(variant, run(variant, d.args, d.d_o, d.dht), ref, flat_bound(1e-5));
-}
-
-TEST(DeltaRuleCpu, ChunkSizesAgreeToFp32Rounding) {
-    Case s = small_case();
-    s.in = at::kFloat;
-    s.T = 250;
-    s.chunk = 64;
-    const Data d = make_data(s);
-    const auto run_chunk = [&](int64_t chunk) {
-        DeltaRuleArgs a = d.args;
-        a.chunk_size = chunk;
-        return run("chunk", a, d.d_o, d.dht);
-    };
-    expect_chunk_sizes_agree(run("chunk", d.args, d.d_o, d.dht), {16, 32}, run_chunk,
-                             run("recurrent", d.args, d.d_o, d.dht), flat_bound(1e-5));
 }
 
 TEST(DeltaRuleCpu, RejectsChunkSizesThatAreNotPowersOfTwoUpTo64) {
@@ -350,7 +290,7 @@ TEST(DeltaRuleCpu, RejectsMismatchedShapes) {
 
 // ---- contracts ----
 
-TEST(DeltaRuleCpu, ResultsHaveTheContractsDtypes) {
+TEST(DeltaRuleCpu, ContractDeclaresItsKernelsAndStoredDtypes) {
     Case s = small_case();
     s.in = at::kHalf;
     s.state = at::kBFloat16;
@@ -365,13 +305,6 @@ TEST(DeltaRuleCpu, ResultsHaveTheContractsDtypes) {
         EXPECT_EQ(bwd.kernel, "delta_rule." + variant + "_bwd");
         EXPECT_EQ(fwd.dtype_of("q, k, v"), DType::fp16);
         EXPECT_EQ(fwd.dtype_of("accumulator"), DType::fp32);
-        const Results got = run(variant, d.args, d.d_o, d.dht);
-        expect_contract_dtypes(variant, got, fwd, bwd);
-        EXPECT_EQ(got["o"].scalar_type(), at::kFloat);
-        EXPECT_EQ(got["ht"].scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got["dq"].scalar_type(), at::kHalf);
-        EXPECT_EQ(got["dbeta"].scalar_type(), at::kBFloat16);
-        EXPECT_EQ(got["dh0"].scalar_type(), at::kBFloat16);
     }
     const PrecisionContract chunk = delta_rule_contract("chunk", true, d.args);
     EXPECT_EQ(chunk.dtype_of("chunk states h"), DType::bf16);

@@ -1,6 +1,6 @@
 // tests/kernels/gsa_cpu_test.cpp — gsa's CPU backend (chunk and recurrent) against the fp64
-// reference, its equivalences (layouts, varlen, chunk sizes), its dtype contract and its
-// stability under strong decay. Not a bench.
+// reference, its stability under strong decay and its argument checks (layouts, varlen, chunk
+// sizes and result dtypes: tests/families/generic_test.cpp). Not a bench.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -91,10 +91,6 @@ Results run(const std::string& variant, const GsaArgs& a, const Data& d) {
             {"dv", g.dv}, {"ds", g.ds},   {"dg", g.dg},   {"dhk0", g.dhk0}, {"dhv0", g.dhv0}};
 }
 
-/// The time-major results, as the layout and varlen helpers need them named.
-const std::vector<std::string> kTimeMajor = {"o", "dq", "dk", "dv", "ds", "dg"};
-const std::vector<std::string> kStates = {"hkt", "hvt", "dhk0", "dhv0"};
-
 // ---- against the reference ----
 
 // The bounds: fp32 inputs and states to fp32 accumulation (1e-5); 16-bit inputs with
@@ -142,98 +138,7 @@ TEST(GsaCpu, StrongAndZeroDecayMatchReference) {
     }
 }
 
-// ---- equivalences ----
-
-// The backend reads both layouts through strides into the same fp32 copies, so head_first and
-// head_last agree to the bit.
-TEST(GsaCpu, HeadFirstMatchesHeadLastBitwise) {
-    Case c;
-    c.B = 2;
-    c.T = 70;
-    c.state = at::kBFloat16;
-    const Data d = make_data(c);
-    GsaArgs hf = d.args;
-    hf.layout = Layout::head_first;
-    for (at::Tensor* x : {&hf.q, &hf.k, &hf.v, &hf.s, &hf.g}) *x = to_head_first(*x);
-    for (const char* variant : {"chunk", "recurrent"})
-        expect_head_first_equal(variant, run(variant, d.args, d), run(variant, hf, d), kTimeMajor);
-}
-
-// A packed sequence gives the results it gives alone: chunks and states restart per sequence.
-// An empty sequence keeps its initial states and passes the cotangents straight through.
-TEST(GsaCpu, VarlenMatchesSequencesRunAloneBitwise) {
-    Case c;
-    c.T = 150;
-    c.cu = {0, 0, 65, 65, 150};
-    const Data d = make_data(c);
-    for (const char* variant : {"chunk", "recurrent"}) {
-        const Results all = run(variant, d.args, d);
-        expect_all_finite(variant, all);
-        const auto run_alone = [&](const Sequence& seq) {
-            Data one = d;
-            for (at::Tensor* x :
-                 {&one.args.q, &one.args.k, &one.args.v, &one.args.s, &one.args.g, &one.d_o})
-                *x = seq_rows(*x, seq);
-            for (at::Tensor* x : {&one.args.hk0, &one.args.hv0, &one.dhkt, &one.dhvt})
-                *x = state_row(*x, seq);
-            one.args.cu_seqlens = at::Tensor();
-            return run(variant, one.args, one);
-        };
-        expect_varlen_matches_alone(variant, c.cu, all, run_alone, kTimeMajor, kStates);
-        for (const int64_t n : {0, 2}) {
-            EXPECT_TRUE(at::equal(all["hkt"][n], d.args.hk0[n])) << variant;
-            EXPECT_TRUE(at::equal(all["hvt"][n], d.args.hv0[n])) << variant;
-            EXPECT_TRUE(at::equal(all["dhk0"][n], d.dhkt[n])) << variant;
-            EXPECT_TRUE(at::equal(all["dhv0"][n], d.dhvt[n])) << variant;
-        }
-    }
-}
-
-// Chunk sizes 1, 16 and 32 (T = 100: ragged last chunks) and the recurrent variant agree with
-// chunk size 64 in fp32 to fp32 rounding.
-TEST(GsaCpu, ChunkSizesAgreeToFp32Rounding) {
-    Case c;
-    c.B = 2;
-    c.T = 100;
-    c.in = at::kFloat;
-    const Data d = make_data(c);
-    const auto run_chunk = [&](int64_t chunk) {
-        GsaArgs a = d.args;
-        a.chunk_size = chunk;
-        return run("chunk", a, d);
-    };
-    expect_chunk_sizes_agree(run("chunk", d.args, d), {1, 16, 32}, run_chunk,
-                             run("recurrent", d.args, d), flat_bound(1e-5));
-}
-
-// ---- dtype contract and arguments ----
-
-// Both states, their gradients and every other result come back in the dtypes the contract
-// declares: a requested fp32 state is fp32, a requested 16-bit state 16-bit, Hk and Hv alike.
-TEST(GsaCpu, ResultsHaveTheContractsDtypes) {
-    for (const c10::ScalarType state : {at::kFloat, at::kBFloat16, at::kHalf}) {
-        Case c;
-        c.T = 40;
-        c.state = state;
-        const Data d = make_data(c);
-        for (const char* variant : {"chunk", "recurrent"}) {
-            const Results got = run(variant, d.args, d);
-            const PrecisionContract fwd = gsa_contract(variant, false, d.args);
-            const PrecisionContract bwd = gsa_contract(variant, true, d.args);
-            for (const std::string& name : got.names()) {
-                const bool forward = name == "o" || name == "hkt" || name == "hvt";
-                EXPECT_EQ(got[name].scalar_type(),
-                          to_scalar_type((forward ? fwd : bwd).dtype_of(name)))
-                    << variant << " " << name;
-            }
-            for (const std::string& name : kStates)
-                EXPECT_EQ(got[name].scalar_type(), state) << variant << " " << name;
-            EXPECT_EQ(got["o"].scalar_type(), at::kBFloat16);
-            EXPECT_EQ(got["dg"].scalar_type(), at::kFloat);
-            expect_all_finite(variant, got);
-        }
-    }
-}
+// ---- arguments ----
 
 TEST(GsaCpu, BadArgumentsAreShapeErrors) {
     Case c;

@@ -1,6 +1,6 @@
 // tests/kernels/mesa_net_cpu_test.cpp — MesaNet's CPU backend against the fp64 reference (exact
-// solve), and its invariances: layouts, varlen, chunk sizes, CG iterations, contract dtypes.
-// Not a bench.
+// solve), its CG iterations and its argument checks (layouts, varlen, chunk sizes and result
+// dtypes: tests/families/generic_test.cpp). Not a bench.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -202,66 +202,6 @@ TEST(MesaNetCpu, CgIterationsAndGuardsSetTheSolveError) {
     EXPECT_LT(errs_big[3], errs[3] / 10);
 }
 
-TEST(MesaNetCpu, HeadFirstMatchesHeadLastBitwise) {
-    Case s;
-    s.T = 80;
-    s.K = 16;
-    s.V = 8;
-    const Data d = make_data(s);
-    Data f = d;
-    for (at::Tensor* t : {&f.args.q, &f.args.k, &f.args.v, &f.args.g, &f.args.beta})
-        *t = test::to_head_first(*t);
-    f.args.layout = Layout::head_first;
-    f.d_o = test::to_head_first(d.d_o);
-    for (const char* variant : {"chunk", "recurrent"})
-        test::expect_head_first_equal(variant, run(variant, d.args, d), run(variant, f.args, f),
-                                      {"o", "dq", "dk", "dv", "dg", "dbeta"});
-}
-
-TEST(MesaNetCpu, VarlenMatchesSequencesRunAloneBitwise) {
-    Case s;
-    s.B = 1;
-    s.T = 100;
-    s.K = 16;
-    s.V = 16;
-    s.cu = {0, 30, 30, 100};
-    const Data d = make_data(s);
-    for (const char* variant : {"chunk", "recurrent"}) {
-        const Results packed = run(variant, d.args, d);
-        test::expect_varlen_matches_alone(
-            variant, s.cu, packed,
-            [&](const Sequence& seq) {
-                Data a = d;
-                a.args.cu_seqlens = at::Tensor();
-                for (at::Tensor* t :
-                     {&a.args.q, &a.args.k, &a.args.v, &a.args.g, &a.args.beta, &a.d_o})
-                    *t = test::seq_rows(*t, seq);
-                for (at::Tensor* t : {&a.args.h_kk0, &a.args.h_kv0, &a.dht_kk, &a.dht_kv})
-                    *t = test::state_row(*t, seq);
-                return run(variant, a.args, a);
-            },
-            {"o", "dq", "dk", "dv", "dg", "dbeta"}, {"ht_kk", "ht_kv", "dh_kk0", "dh_kv0"});
-    }
-}
-
-// Chunk sizes only move where fp32 rounds; the recurrent variant agrees too.
-TEST(MesaNetCpu, ChunkSizesAgreeToFp32Rounding) {
-    Case s;
-    s.B = 1;
-    s.T = 90;
-    s.K = 16;
-    s.V = 16;
-    s.in = at::kFloat;
-    const Data d = make_data(s);
-    const auto run_chunk = [&](int64_t chunk) {
-        MesaNetArgs a = d.args;
-        a.chunk_size = chunk;
-        return run("chunk", a, d);
-    };
-    test::expect_chunk_sizes_agree(run("chunk", d.args, d), {16, 32}, run_chunk,
-                                   run("recurrent", d.args, d), test::flat_bound(1e-4));
-}
-
 TEST(MesaNetCpu, RejectsBadArguments) {
     Case s;
     s.T = 8;
@@ -277,21 +217,6 @@ TEST(MesaNetCpu, RejectsBadArguments) {
     a = d.args;
     a.h_kk0 = d.args.h_kv0.slice(3, 0, 4);
     EXPECT_THROW(mesa_net_recurrent_fwd_cpu(a), ShapeError);
-}
-
-TEST(MesaNetCpu, ResultsHaveTheContractsDtypes) {
-    Case s;
-    s.T = 20;
-    s.K = 8;
-    s.V = 8;
-    s.in = at::kHalf;
-    s.state = at::kBFloat16;
-    const Data d = make_data(s);
-    for (const char* variant : {"chunk", "recurrent"}) {
-        test::expect_contract_dtypes(variant, run(variant, d.args, d),
-                                     mesa_net_contract(variant, false, d.args),
-                                     mesa_net_contract(variant, true, d.args));
-    }
 }
 
 }  // namespace

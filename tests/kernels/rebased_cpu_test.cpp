@@ -1,6 +1,7 @@
 // tests/kernels/rebased_cpu_test.cpp — ReBased's CPU backend (parallel, chunk, recurrent) against
-// the fp64 reference, and its invariances: layouts, varlen, chunk sizes, contract dtypes. The
-// test bodies are shared with based in common/feature_map_cpu_test.h.
+// the fp64 reference, and its argument checks. The test bodies are shared with based in
+// common/feature_map_cpu_test.h; layouts, varlen, chunk sizes and result dtypes are checked for
+// every family by tests/families/generic_test.cpp.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -44,9 +45,6 @@ struct Rebased {
     static RebasedGrads bwd(const std::string& variant, const Args& a, const at::Tensor& d_o) {
         return rebased_bwd_cpu(variant, a, d_o);
     }
-    static PrecisionContract contract(const std::string& variant, bool backward, const Args& a) {
-        return rebased_contract(variant, backward, a);
-    }
     static Bounds bounds(const std::string& variant, c10::ScalarType in, c10::ScalarType state) {
         // a bf16 chunk state feeds every later chunk's output: the bf16 table
         if (state != at::kFloat) return kBf16Bounds;
@@ -63,18 +61,6 @@ TEST_P(RebasedCpuVsReference, WithinBounds) { expect_within_bounds<Rebased>(GetP
 INSTANTIATE_TEST_SUITE_P(B2T512H2K16, RebasedCpuVsReference, variant_grid(), variant_dtype_name);
 
 TEST(RebasedCpu, UnnormalisedMatchesReference) { expect_unnormalised_matches_reference<Rebased>(); }
-
-TEST(RebasedCpu, HeadFirstMatchesHeadLastBitwise) {
-    expect_head_first_matches_head_last<Rebased>();
-}
-
-TEST(RebasedCpu, VarlenMatchesSequencesRunAloneBitwise) {
-    expect_varlen_matches_sequences_alone<Rebased>();
-}
-
-TEST(RebasedCpu, ChunkSizesAgree) { expect_chunk_sizes_agree_fp32<Rebased>(); }
-
-TEST(RebasedCpu, ResultsHaveTheContractDtypes) { expect_contract_dtypes_fp16<Rebased>(); }
 
 TEST(RebasedCpu, RejectsBadArguments) { expect_rejects_bad_arguments<Rebased>(); }
 

@@ -1,0 +1,49 @@
+// kernels/gsa/gsa_rows.cpp — gsa's CPU rows.
+#include "kernels/common/rows.h"
+#include "kernels/gsa/gsa.h"
+
+namespace lav::kernels {
+
+GsaArgs gsa_args(const Call& call) {
+    GsaArgs a;
+    a.q = call.need("q");
+    a.k = call.need("k");
+    a.v = call.need("v");
+    a.s = call.need("s");
+    a.g = call.need("g");
+    a.hk0 = call.get("hk0");
+    a.hv0 = call.get("hv0");
+    set_common_args(a, call);
+    return a;
+}
+
+TensorMap results(const GsaFwd& f) { return {{"o", f.o}, {"hkt", f.hkt}, {"hvt", f.hvt}}; }
+
+TensorMap results(const GsaGrads& g) {
+    return {{"dq", g.dq}, {"dk", g.dk},     {"dv", g.dv},    {"ds", g.ds},
+            {"dg", g.dg}, {"dhk0", g.dhk0}, {"dhv0", g.dhv0}};
+}
+
+namespace {
+
+using GsaBackward = GsaGrads (*)(const GsaArgs&, const at::Tensor& d_o, const at::Tensor& dhkt,
+                                 const at::Tensor& dhvt);
+
+// the backward takes a cotangent for each of the two final states
+Row gsa_row(const RowPlace& place, const char* variant, GsaFwd (*forward)(const GsaArgs&),
+            GsaBackward backward) {
+    return make_row(place, variant, gsa_args, gsa_contract, forward,
+                    [backward](const GsaArgs& a, const Call& c) {
+                        return backward(a, c.need("d_o"), c.need("dhkt"), c.need("dhvt"));
+                    });
+}
+
+}  // namespace
+
+void add_gsa_cpu_rows(RowTable& table) {
+    const RowPlace cpu{"gsa", "cpu", "cpu"};
+    table.add(gsa_row(cpu, "chunk", gsa_chunk_fwd_cpu, gsa_chunk_bwd_cpu));
+    table.add(gsa_row(cpu, "recurrent", gsa_recurrent_fwd_cpu, gsa_recurrent_bwd_cpu));
+}
+
+}  // namespace lav::kernels

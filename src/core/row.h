@@ -1,0 +1,91 @@
+// src/core/row.h — a backend row: one family variant on one backend, over named tensors.
+//
+// A family's kernels reach the harness as rows. A row does not know scenario files or reports:
+// it is called with the case's tensors by name and its settings (a Call), and returns its
+// results by name, in the layout it was given. Rows are added to a RowTable by an explicit call
+// per family and backend (kernels/<f>/<f>_rows.cpp for the CPU, the family's CUDA glue for
+// CUDA), so a row may equally wrap an op from a library lav did not build.
+//
+//   void add_simple_gla_cpu_rows(RowTable& table) {
+//       table.add({"simple_gla", "chunk", "cpu", "cpu", true, {}, forward, backward, contract});
+//   }
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/layout.h"
+#include "core/precision_contract.h"
+
+namespace lav {
+
+using TensorMap = std::map<std::string, at::Tensor>;
+
+/// What a row is called with: one case's tensors and settings.
+struct Call {
+    /// inputs by their declared names in the case's dtypes and layout; for a backward pass
+    /// also the cotangents (d_o, dht, ...). Optional inputs the case lacks are absent.
+    TensorMap tensors;
+    /// the family's options, every one set (defaults filled in)
+    std::map<std::string, std::string> options;
+    /// dimension letters: B, T, H, HV, K, V, N (sequences), and the family's own
+    std::map<std::string, int64_t> dims;
+    Layout layout = Layout::head_last;
+    c10::ScalarType state_dtype = c10::ScalarType::Float;
+    c10::ScalarType output_dtype = c10::ScalarType::Undefined;
+    int64_t chunk_size = 64;
+    double scale = 0.0;                ///< resolved: K^-0.5 where the case leaves it unset
+    std::vector<int64_t> cu_seqlens;   ///< empty: a dense batch
+    /// a chunk forward also returns its stored chunk states as "h" (for --dump-intermediates);
+    /// a reference returns its states at the same boundaries as "states"
+    bool keep_chunk_states = false;
+
+    /// The tensor `name`, or an undefined tensor when the call has none (h0, g, ...).
+    at::Tensor get(const std::string& name) const;
+    /// The tensor `name`; throws InternalError when absent (the declaration requires it).
+    const at::Tensor& need(const std::string& name) const;
+    const std::string& option(const std::string& name) const;
+    /// True when the boolean option `name` is "true".
+    bool flag(const std::string& name) const;
+    int64_t int_option(const std::string& name) const;
+    int64_t dim(const std::string& letter) const;
+    /// cu_seqlens as the int64 CPU tensor kernels take; undefined for a dense batch.
+    at::Tensor cu_seqlens_tensor() const;
+};
+
+/// One (family, variant, backend): what it takes, how it runs, what it promises.
+struct Row {
+    std::string family;   ///< "simple_gla"
+    std::string variant;  ///< "chunk", "recurrent"
+    std::string backend;  ///< the name records carry: "cpu", "cuda", or a provider's
+    std::string device;   ///< where its tensors must live: "cpu" or "cuda"
+    /// whether --backend auto may choose it (lav's own rows); others run when named
+    bool automatic = true;
+    /// whether it takes the call's sizes and options (its tensors may be absent); unset: all
+    std::function<bool(const Call&)> fits;
+    /// the forward results (o, ht, ...) on the call's device, in its layout
+    std::function<TensorMap(const Call&)> forward;
+    /// the gradients (dq, dk, ...) of the inputs it differentiates
+    std::function<TensorMap(const Call&)> backward;
+    std::function<PrecisionContract(const Call&, bool backward)> contract;
+};
+
+class RowTable {
+  public:
+    /// Adds a row; a second row for one (family, variant, backend) is an InternalError.
+    void add(Row row);
+    /// The row, or nullptr when this build has none.
+    const Row* find(const std::string& family, const std::string& variant,
+                    const std::string& backend) const;
+    const std::vector<Row>& rows() const { return rows_; }
+
+  private:
+    std::vector<Row> rows_;
+};
+
+}  // namespace lav
