@@ -28,14 +28,14 @@ function(lav_forbid_includes folder regex why)
     endforeach()
 endfunction()
 
-set(_lav_src_parts "^(src/|harness/|scenario/|metrics/|report/|trace/|cli/)")
+set(_lav_src_parts "^(src/|harness/|scenario/|metrics/|report/|trace/|cli/|providers/)")
 lav_forbid_includes(src/core "${_lav_src_parts}"
     "src/core is the foundation of kernels/ and reference/ and includes nothing else of src/")
 lav_forbid_includes(kernels "${_lav_src_parts}|^reference/"
     "kernels/ may include src/core and kernels/ only" ops)
 lav_forbid_includes(reference "${_lav_src_parts}|^kernels/|^common/"
     "reference/ may include src/core and reference/ only")
-foreach(part IN ITEMS harness scenario metrics report trace cli)
+foreach(part IN ITEMS harness scenario metrics report trace cli providers)
     lav_forbid_includes(src/${part} "^kernels/|^common/|^cuda|\\.cuh$"
         "src/ reaches kernels only as rows (core/row.h), never their headers or CUDA's")
 endforeach()

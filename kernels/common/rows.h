@@ -26,8 +26,7 @@ struct has_scale<Args, std::void_t<decltype(Args::scale)>> : std::true_type {};
 template <class Args, class = void>
 struct keeps_chunk_states : std::false_type {};
 template <class Args>
-struct keeps_chunk_states<Args, std::void_t<decltype(Args::keep_chunk_states)>>
-    : std::true_type {};
+struct keeps_chunk_states<Args, std::void_t<decltype(Args::keep_chunk_states)>> : std::true_type {};
 
 /// Sets the arguments every family's Args has from the call: cu_seqlens, layout, the state
 /// and output dtypes and the chunk size; the scale and keep_chunk_states where Args has them.

@@ -19,21 +19,30 @@ std::string join(const std::vector<std::string>& items) {
 
 const char* role_name(harness::Role r) {
     switch (r) {
-        case harness::Role::input: return "input";
-        case harness::Role::gate: return "gate";
-        case harness::Role::state: return "state";
-        case harness::Role::output: return "output";
-        case harness::Role::cotangent: return "cotangent";
+        case harness::Role::input:
+            return "input";
+        case harness::Role::gate:
+            return "gate";
+        case harness::Role::state:
+            return "state";
+        case harness::Role::output:
+            return "output";
+        case harness::Role::cotangent:
+            return "cotangent";
     }
     return "";
 }
 
 const char* dtype_setting_name(harness::DTypeSetting d) {
     switch (d) {
-        case harness::DTypeSetting::inputs: return "inputs";
-        case harness::DTypeSetting::gate: return "gate";
-        case harness::DTypeSetting::state: return "state";
-        case harness::DTypeSetting::output: return "output";
+        case harness::DTypeSetting::inputs:
+            return "inputs";
+        case harness::DTypeSetting::gate:
+            return "gate";
+        case harness::DTypeSetting::state:
+            return "state";
+        case harness::DTypeSetting::output:
+            return "output";
     }
     return "";
 }
@@ -111,8 +120,8 @@ void print_json(const harness::Registry& registry) {
         for (const Row& r : registry.rows().rows())
             if (r.family == f.name)
                 out << (n++ ? ", " : "") << "{\"variant\": " << quoted(r.variant)
-                    << ", \"backend\": " << quoted(r.backend) << ", \"device\": " << quoted(r.device)
-                    << "}";
+                    << ", \"backend\": " << quoted(r.backend)
+                    << ", \"device\": " << quoted(r.device) << "}";
         out << "]}";
     }
     std::cout << out.str() << "\n]}\n";

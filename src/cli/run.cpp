@@ -3,7 +3,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <sstream>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -12,6 +11,7 @@
 #include <memory>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "cli/commands.h"
@@ -19,6 +19,8 @@
 #include "core/error.h"
 #include "harness/backend.h"
 #include "harness/runner.h"
+#include "providers/op_library.h"
+#include "providers/python.h"
 #include "report/console.h"
 #include "report/intermediates.h"
 #include "report/junit.h"
@@ -53,7 +55,8 @@ std::string utc_now() {
     return buf;
 }
 
-report::RunInfo run_info(const std::string& command_line, uint64_t seed) {
+report::RunInfo run_info(const std::string& command_line, uint64_t seed,
+                         const std::vector<std::string>& providers) {
     report::RunInfo info;
     info.lav_version = kLavVersion;
     info.git_commit = kGitCommit;
@@ -63,6 +66,7 @@ report::RunInfo run_info(const std::string& command_line, uint64_t seed) {
     info.command_line = command_line;
     info.started_at = utc_now();
     info.seed = seed;
+    for (const auto& p : providers) info.providers += (info.providers.empty() ? "" : "; ") + p;
     return info;
 }
 
@@ -106,6 +110,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string max_memory;
     std::string resume;
     std::string backend;
+    std::vector<std::string> libraries;
+    std::vector<std::string> provider_modules;
     std::string junit;
     std::string dump_dir;
     int threads = 0;
@@ -123,7 +129,13 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "backend", po::value(&backend)->default_value("auto"),
         "auto: lav's CUDA kernels where the build, the machine and the variant have them, the "
         "CPU backend otherwise; or backends by name, comma-separated, each variant running on "
-        "each (cpu, cuda: `lav list` shows this build's)")(
+        "each (cpu, cuda, a provider's: `lav list` shows this build's)")(
+        "load-library", po::value(&libraries)->composing(),
+        "load a PyTorch op library F.so (repeatable); its ops <ns>::<variant>_<family> become "
+        "rows of backend <ns>")(
+        "provider", po::value(&provider_modules)->composing(),
+        "import the Python provider MODULE or FILE.py (repeatable); its functions "
+        "<variant>_<family> become rows of the backend it names (e.g. lav.providers.fla)")(
         "strict-boundary", po::bool_switch(),
         "fail a case whose prologue hands the kernel a dtype, shape or layout its contract "
         "refuses (default: report it, fix it, and measure)")(
@@ -146,6 +158,16 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     if (threads > 0) at::set_num_threads(threads);
     harness::Registry registry;
     harness::register_all(registry);
+    std::vector<std::string> provided;  // "name version ..." of each provider, for the report
+    for (const auto& library : libraries)
+        for (const auto& ns : providers::load_op_library(library, registry))
+            provided.push_back(ns + " (" + library + ")");
+    for (const auto& module : provider_modules) {
+        const providers::Loaded loaded = providers::load_python_provider(module, registry);
+        std::string text = loaded.backend + " (" + module;
+        for (const auto& [name, version] : loaded.versions) text += ", " + name + " " + version;
+        provided.push_back(text + ")");
+    }
     const std::vector<std::string> requested = split_list(backend);
     const std::vector<std::string> known = registry.backends();
     for (const auto& b : requested) {
@@ -186,8 +208,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         for (const auto& r : previous.cases) kept.insert(r.id);
         writer = std::make_unique<report::ReportWriter>(out, std::move(previous));
     } else {
-        writer =
-            std::make_unique<report::ReportWriter>(out, run_info(command_line, cases.front().seed));
+        writer = std::make_unique<report::ReportWriter>(
+            out, run_info(command_line, cases.front().seed, provided));
     }
     const auto start = std::chrono::steady_clock::now();
     size_t runs = 0;
@@ -217,8 +239,10 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         };
     size_t done = 0;
     for (const scenario::Case* c : todo) {
+        std::string errored;  // a record of the case that ended in an error
         harness::run_case(registry, *c, run_options, [&](report::CaseRecord r) {
             if (kept.count(r.id)) return;
+            if (r.verdict == "error") errored = r.id;
             ++done;
             const double elapsed =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -227,6 +251,14 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                           << "  (" << static_cast<int>(elapsed) << " s)\n";
             writer->add(std::move(r));
         });
+        // a kernel's CUDA error can be sticky: then no later case can run, and the report keeps
+        // the finished ones, marked incomplete
+        if (!errored.empty() && harness::cuda_available()) {
+            const std::string broken = harness::cuda_context_error();
+            LAV_CHECK_AS(EnvironmentError, broken.empty(), "the CUDA context is unusable after ",
+                         errored, " (", broken, "); ", out,
+                         " holds the cases before it, marked incomplete");
+        }
     }
     writer->finish();
 

@@ -39,8 +39,8 @@ struct Call {
     c10::ScalarType state_dtype = c10::ScalarType::Float;
     c10::ScalarType output_dtype = c10::ScalarType::Undefined;
     int64_t chunk_size = 64;
-    double scale = 0.0;                ///< resolved: K^-0.5 where the case leaves it unset
-    std::vector<int64_t> cu_seqlens;   ///< empty: a dense batch
+    double scale = 0.0;               ///< resolved: K^-0.5 where the case leaves it unset
+    std::vector<int64_t> cu_seqlens;  ///< empty: a dense batch
     /// a chunk forward also returns its stored chunk states as "h" (for --dump-intermediates);
     /// a reference returns its states at the same boundaries as "states"
     bool keep_chunk_states = false;

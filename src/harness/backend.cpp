@@ -17,6 +17,16 @@ bool device_present(const std::string& device) {
 
 bool cuda_available() { return kCudaBuild && at::hasCUDA(); }
 
+std::string cuda_context_error() {
+    try {
+        // a copy back to the host waits for the device, so a sticky error surfaces here
+        at::ones({1}, at::kCUDA).cpu();
+        return "";
+    } catch (const std::exception& e) {
+        return e.what();
+    }
+}
+
 Choice choose_row(const Registry& registry, const std::string& family, const std::string& variant,
                   const Call& call, const std::string& requested) {
     if (requested != "auto") return {requested, registry.rows().find(family, variant, requested)};

@@ -14,6 +14,9 @@ namespace lav::harness {
 /// True when this build has CUDA kernels and a CUDA device is present.
 bool cuda_available();
 
+/// "" while the CUDA context still runs work; else the error it gives (a kernel's sticky error).
+std::string cuda_context_error();
+
 /// The backend a variant runs on and its row; row is nullptr when the requested backend has
 /// no row for the variant (the run records that as the case's error).
 struct Choice {

@@ -40,8 +40,13 @@ enum class DTypeSetting { inputs, gate, state, output };
 struct TensorDecl {
     TensorDecl(std::string name, Role role, std::string shape, DTypeSetting dtype,
                scenario::Generator draw = {}, std::string when = {}, bool grad = true)
-        : name(std::move(name)), role(role), shape(std::move(shape)), dtype(dtype),
-          draw(std::move(draw)), when(std::move(when)), grad(grad) {}
+        : name(std::move(name)),
+          role(role),
+          shape(std::move(shape)),
+          dtype(dtype),
+          draw(std::move(draw)),
+          when(std::move(when)),
+          grad(grad) {}
 
     std::string name;
     Role role;

@@ -1,4 +1,5 @@
-// src/harness/inputs.h — seeded case tensors: drawn in fp64, quantised, then widened for the reference.
+// src/harness/inputs.h — seeded case tensors: drawn in fp64, quantised, then widened for the
+// reference.
 #pragma once
 
 #include <cstdint>

@@ -27,9 +27,9 @@ struct RunOptions {
     std::function<void(const std::vector<report::Intermediates>&)> on_intermediates;
 };
 
-/// Runs `c` on the backends `options` names: one record per (variant, backend, pass), handed to `sink`
-/// once the case's last kernel has run. A case with a prologue runs it under the dtype tracer
-/// first. Every record of the case carries the case's trace (the traced prologue, then the
+/// Runs `c` on the backends `options` names: one record per (variant, backend, pass), handed to
+/// `sink` once the case's last kernel has run. A case with a prologue runs it under the dtype
+/// tracer first. Every record of the case carries the case's trace (the traced prologue, then the
 /// precision-contract items of each variant and pass that ran, as declared rows) and the
 /// prologue's findings. Throws only for lav's own bugs (InternalError).
 void run_case(const Registry& registry, const scenario::Case& c, const RunOptions& options,

@@ -23,10 +23,14 @@ std::vector<std::string> split(const std::string& text, char sep) {
 
 DType dtype_of(DTypeSetting s, const Case& c) {
     switch (s) {
-        case DTypeSetting::inputs: return c.input_dtype;
-        case DTypeSetting::gate: return c.gate_dtype;
-        case DTypeSetting::state: return c.state_dtype;
-        case DTypeSetting::output: return c.output_dtype;
+        case DTypeSetting::inputs:
+            return c.input_dtype;
+        case DTypeSetting::gate:
+            return c.gate_dtype;
+        case DTypeSetting::state:
+            return c.state_dtype;
+        case DTypeSetting::output:
+            return c.output_dtype;
     }
     LAV_ASSERT(false, "unknown dtype setting");
     return c.input_dtype;
@@ -88,8 +92,8 @@ std::vector<TensorSpec> specs_of(const Family& f, const Case& c, Role role) {
     const std::map<std::string, int64_t> dims = dims_of(f, c);
     std::vector<TensorSpec> out;
     for (const TensorDecl& t : f.tensors) {
-        const bool wanted = role == Role::cotangent ? t.role == Role::cotangent
-                                                    : is_drawn_input(t.role);
+        const bool wanted =
+            role == Role::cotangent ? t.role == Role::cotangent : is_drawn_input(t.role);
         if (!wanted || !present(t, c)) continue;
         std::optional<scenario::Generator> chosen = f.draw ? f.draw(c, t.name) : std::nullopt;
         out.push_back({t.name, shape_of(t, dims), dtype_of(t.dtype, c), time_dim(t) >= 0,

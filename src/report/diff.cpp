@@ -36,6 +36,7 @@ void print_diff(std::ostream& out, const Report& a, const Report& b, size_t top)
         {"LibTorch", {a.run.torch_version, b.run.torch_version}},
         {"HDF5", {a.run.hdf5_version, b.run.hdf5_version}},
         {"device", {a.run.device, b.run.device}},
+        {"providers", {a.run.providers, b.run.providers}},
     };
     out << "environment:\n";
     bool same = true;

@@ -28,6 +28,9 @@ RunInfo read_run(const h5::File& file) {
     run.torch_version = h5::read_attribute<std::string>(file, "torch_version");
     run.hdf5_version = h5::read_attribute<std::string>(file, "hdf5_version");
     run.device = h5::read_attribute<std::string>(file, "device");
+    // reports written before providers existed have no such attribute
+    if (h5::has_attribute(file, "providers"))
+        run.providers = h5::read_attribute<std::string>(file, "providers");
     run.command_line = h5::read_attribute<std::string>(file, "command_line");
     run.started_at = h5::read_attribute<std::string>(file, "started_at");
     run.seed = h5::read_attribute<uint64_t>(file, "seed");

@@ -23,6 +23,9 @@ struct RunInfo {
     std::string torch_version;
     std::string hdf5_version;
     std::string device;  ///< "cpu (2 threads)" or the GPU name
+    /// the kernels from outside lav this run loaded, "; "-separated: "fla (lav.providers.fla,
+    /// fla 0.6.0, triton 3.6.0)"; "" when none
+    std::string providers;
     std::string command_line;
     std::string started_at;  ///< ISO 8601 UTC
     uint64_t seed = 0;       ///< the base seed; each case records its own too

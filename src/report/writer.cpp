@@ -36,6 +36,7 @@ void write_run(const h5::File& file, const Report& report) {
     h5::write_attribute(file, "torch_version", run.torch_version);
     h5::write_attribute(file, "hdf5_version", run.hdf5_version);
     h5::write_attribute(file, "device", run.device);
+    h5::write_attribute(file, "providers", run.providers);
     h5::write_attribute(file, "command_line", run.command_line);
     h5::write_attribute(file, "started_at", run.started_at);
     h5::write_attribute(file, "seed", run.seed);

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/lav_command.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "report/intermediates.h"
@@ -26,23 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-    int code;
-    std::string output;  // stdout and stderr together
-};
-
-Result lav(const std::string& args) {
-    const std::string command =
-        std::string("cd ") + LAV_SOURCE_DIR + " && " + LAV_BINARY + " " + args + " 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    EXPECT_NE(pipe, nullptr);
-    std::string output;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) output.append(buf.data(), n);
-    const int status = pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using test::lav;
+using test::Result;
 
 fs::path scratch(const std::string& name) {
     const fs::path dir = fs::temp_directory_path() / ("lav_cli_test_" + std::to_string(getpid()));
@@ -403,15 +389,14 @@ TEST(Cli, HelpListAndValidate) {
 TEST(Cli, ListAsJsonCarriesEveryFamilysDeclarationAndRows) {
     const Result json = lav("list --format json");
     ASSERT_EQ(json.code, 0) << json.output;
-    for (const char* family : {"simple_gla", "gla", "hgrn", "delta_rule", "gated_delta_rule", "kda",
-                               "rwkv6", "rwkv7", "comba", "gated_delta_product", "mesa_net",
-                               "based", "rebased", "gsa"})
-        EXPECT_NE(json.output.find(std::string("{\"name\": \"") + family + "\""),
-                  std::string::npos)
+    for (const char* family :
+         {"simple_gla", "gla", "hgrn", "delta_rule", "gated_delta_rule", "kda", "rwkv6", "rwkv7",
+          "comba", "gated_delta_product", "mesa_net", "based", "rebased", "gsa"})
+        EXPECT_NE(json.output.find(std::string("{\"name\": \"") + family + "\""), std::string::npos)
             << family;
-    for (const char* text : {"\"role\": \"cotangent\"", "\"shape\": \"N H K V\"",
-                             "\"when\": \"initial_state\"",
-                             "{\"variant\": \"chunk\", \"backend\": \"cpu\", \"device\": \"cpu\"}"})
+    for (const char* text :
+         {"\"role\": \"cotangent\"", "\"shape\": \"N H K V\"", "\"when\": \"initial_state\"",
+          "{\"variant\": \"chunk\", \"backend\": \"cpu\", \"device\": \"cpu\"}"})
         EXPECT_NE(json.output.find(text), std::string::npos) << text;
     EXPECT_EQ(lav("list --format yaml").code, 2);
 }

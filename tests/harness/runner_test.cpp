@@ -68,7 +68,8 @@ Row wrong_state_row() {
     r.contract = [](const Call& c, bool) {
         PrecisionContract contract;
         contract.kernel = "wrong_state.chunk_bwd";
-        for (const auto& [name, t] : c.tensors) contract.items.push_back({"d" + name, DType::bf16, ""});
+        for (const auto& [name, t] : c.tensors)
+            contract.items.push_back({"d" + name, DType::bf16, ""});
         return contract;
     };
     return r;

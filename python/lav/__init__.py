@@ -1,0 +1,1 @@
+"""lav's Python package: providers that run other libraries' linear-attention kernels under lav."""

@@ -1,0 +1,136 @@
+"""How lav calls a Python provider: the Python half of src/providers/python.cpp.
+
+lav hands tensors over as DLPack capsules (no copies) and takes the results back the same way.
+A provider module has one function per (family, variant) named "<variant>_<family>", taking
+the family's declared tensors and lav's settings as keyword arguments and returning the
+declared outputs in order; gradients come from autograd here, seeded with the cotangents.
+"""
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+
+import torch
+from torch.utils import dlpack
+
+_DTYPES = {
+    "Float": torch.float32,
+    "Half": torch.float16,
+    "BFloat16": torch.bfloat16,
+    "Double": torch.float64,
+}
+
+
+def load(module):
+    """The module named `module`, or the file `module` when it ends in .py."""
+    if module.endswith(".py"):
+        path = os.path.abspath(module)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"no such file: {module}")
+        name = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+    return importlib.import_module(module)
+
+
+def provider_name(mod):
+    return getattr(mod, "NAME", mod.__name__.rsplit(".", 1)[-1])
+
+
+def versions(mod):
+    fn = getattr(mod, "versions", None)
+    return {str(k): str(v) for k, v in (fn() if fn else {}).items()}
+
+
+def device(mod):
+    return getattr(mod, "DEVICE", "cuda" if torch.cuda.is_available() else "cpu")
+
+
+def bind(mod, fn, family, variant):
+    """The callable lav runs: `fn`, preceded by the module's unsupported() check if it has one."""
+    unsupported = getattr(mod, "unsupported", None)
+    return (fn, unsupported, family, variant)
+
+
+def _tensor(capsule):
+    return None if capsule is None else dlpack.from_dlpack(capsule)
+
+
+def _capsule(tensor):
+    if tensor is None:
+        return None
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"a provider returned {type(tensor).__name__} where a tensor was expected")
+    return dlpack.to_dlpack(tensor.detach())
+
+
+def _settings(settings):
+    out = dict(settings)
+    out["cu_seqlens"] = _tensor(settings["cu_seqlens"])
+    out["state_dtype"] = _DTYPES.get(settings["state_dtype"], settings["state_dtype"])
+    out["output_dtype"] = _DTYPES.get(settings["output_dtype"], settings["output_dtype"])
+    return out
+
+
+def _call(bound, tensors, settings):
+    fn, unsupported, family, variant = bound
+    options = {k: v for k, v in settings.items() if isinstance(v, str)}
+    if unsupported is not None:
+        reason = unsupported(family, variant, options)
+        if reason:
+            raise NotImplementedError(reason)
+    kwargs = dict(tensors)
+    kwargs.update(settings)
+    # a function that does not take every setting gets the ones it names
+    params = inspect.signature(fn).parameters
+    if not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    out = fn(**kwargs)
+    if isinstance(out, torch.Tensor):
+        out = (out,)
+    return list(out.values()) if isinstance(out, dict) else list(out)
+
+
+def forward(bound, tensors, settings):
+    """The forward outputs, as capsules (None where the function returns none)."""
+    with torch.no_grad():
+        out = _call(bound, {k: _tensor(v) for k, v in tensors.items()}, _settings(settings))
+    return [_capsule(t) for t in out]
+
+
+def backward(bound, tensors, settings, differentiated, cotangents):
+    """The gradients of sum(<output, cotangent>) for the `differentiated` inputs."""
+    inputs = {k: _tensor(v) for k, v in tensors.items()}
+    leaves = []
+    for name in differentiated:
+        inputs[name] = inputs[name].detach().requires_grad_(True)
+        leaves.append(inputs[name])
+    with torch.enable_grad():
+        outputs = _call(bound, inputs, _settings(settings))
+    roots, seeds = [], []
+    for out, seed in zip(outputs, cotangents):
+        seed = _tensor(seed)
+        if out is not None and seed is not None and out.requires_grad:
+            roots.append(out)
+            seeds.append(seed.to(out.dtype))
+    if not roots:
+        raise RuntimeError("no output of the provider's forward takes part in autograd")
+    grads = torch.autograd.grad(roots, leaves, seeds, allow_unused=True)
+    return [_capsule(g) for g in grads]
+
+
+def describe_error(exc):
+    """The exception's last line, then the provider's own frames nearest it (innermost last)."""
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if f.filename != __file__ and not f.filename.startswith("<frozen")
+    ][-4:]
+    where = "".join(f"\n  at {f.filename}:{f.lineno} in {f.name}" for f in frames)
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip() + where

@@ -1,0 +1,230 @@
+// src/providers/python.cpp — the embedded interpreter and the rows of Python provider modules.
+//
+// One interpreter per process, started on first use with the configured Python (its venv's
+// site-packages) and lav's own Python package on the path. Tensors cross as DLPack capsules;
+// lav/_provider_call.py does the calling and the autograd on the Python side.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+// Python.h first, as its documentation asks
+#include <ATen/ATen.h>
+#include <ATen/DLConvertor.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <utility>
+
+#include "core/error.h"
+#include "providers/provider.h"
+#include "providers/python.h"
+
+namespace lav::providers {
+namespace {
+
+// A new reference, released when it goes out of scope.
+class Ref {
+  public:
+    explicit Ref(PyObject* p = nullptr) : p_(p) {}
+    Ref(const Ref&) = delete;
+    Ref& operator=(const Ref&) = delete;
+    Ref(Ref&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+    Ref& operator=(Ref&& o) noexcept {
+        std::swap(p_, o.p_);
+        return *this;
+    }
+    ~Ref() { Py_XDECREF(p_); }
+    PyObject* get() const { return p_; }
+    explicit operator bool() const { return p_ != nullptr; }
+
+  private:
+    PyObject* p_;
+};
+
+// The pending Python exception as text: its last line and the provider's frames nearest it
+// (lav._provider_call.describe_error), or the whole traceback where that is not importable.
+std::string python_error() {
+    PyObject *type = nullptr, *value = nullptr, *trace = nullptr;
+    PyErr_Fetch(&type, &value, &trace);
+    PyErr_NormalizeException(&type, &value, &trace);
+    Ref t(type), v(value), tb(trace);
+    if (tb) PyException_SetTraceback(v.get(), tb.get());
+    std::string text = "Python error";
+    Ref shim(PyImport_ImportModule("lav._provider_call"));
+    Ref described(shim && v ? PyObject_CallMethod(shim.get(), "describe_error", "O", v.get())
+                            : nullptr);
+    if (!described && v) {
+        PyErr_Clear();
+        Ref tb_mod(PyImport_ImportModule("traceback"));
+        Ref lines(tb_mod ? PyObject_CallMethod(tb_mod.get(), "format_exception", "O", v.get())
+                         : nullptr);
+        Ref empty(PyUnicode_FromString(""));
+        if (lines) described = Ref(PyUnicode_Join(empty.get(), lines.get()));
+    }
+    if (described) text = PyUnicode_AsUTF8(described.get());
+    PyErr_Clear();
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+}
+
+Ref checked(PyObject* p, const std::string& what) {
+    if (!p) throw ShapeError(what + ": " + python_error());
+    return Ref(p);
+}
+
+void start_interpreter() {
+    if (Py_IsInitialized()) return;
+    PyConfig config;
+    PyConfig_InitPythonConfig(&config);
+    // the configured interpreter's own path calculation finds its venv and site-packages
+    const char* python = std::getenv("LAV_PYTHON");
+    const std::string executable = python && *python ? python : LAV_PYTHON_EXECUTABLE;
+    PyStatus status = PyConfig_SetBytesString(&config, &config.program_name, executable.c_str());
+    if (!PyStatus_Exception(status)) status = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    LAV_CHECK_AS(EnvironmentError, !PyStatus_Exception(status), "cannot start Python (", executable,
+                 "): ", status.err_msg ? status.err_msg : "unknown error");
+    // lav's own package (lav._provider_call) from the source tree
+    Ref sys_path(PySys_GetObject("path"));  // borrowed: keep it alive while we use it
+    Py_XINCREF(sys_path.get());
+    Ref dir(PyUnicode_FromString(LAV_PYTHON_PACKAGE_DIR));
+    PyList_Insert(sys_path.get(), 0, dir.get());
+}
+
+// The deleter of a capsule that still owns its tensor (Python never consumed it).
+void release_capsule(PyObject* capsule) {
+    if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (managed && managed->deleter) managed->deleter(managed);
+}
+
+Ref to_python(const at::Tensor& t) {
+    if (!t.defined()) {
+        Py_INCREF(Py_None);
+        return Ref(Py_None);
+    }
+    return checked(PyCapsule_New(at::toDLPack(t), "dltensor", release_capsule), "to DLPack");
+}
+
+at::Tensor from_python(PyObject* capsule, const std::string& what) {
+    if (capsule == Py_None) return {};
+    LAV_CHECK(PyCapsule_IsValid(capsule, "dltensor"), what, " is not a tensor");
+    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    PyCapsule_SetName(capsule, "used_dltensor");
+    return at::fromDLPack(managed);
+}
+
+Ref tensor_dict(const TensorMap& tensors) {
+    Ref d = checked(PyDict_New(), "dict");
+    for (const auto& [name, t] : tensors)
+        PyDict_SetItemString(d.get(), name.c_str(), to_python(t).get());
+    return d;
+}
+
+// The settings of provider.h, and the family's options as strings.
+Ref settings_dict(const Call& call) {
+    Ref d = checked(PyDict_New(), "dict");
+    const auto set = [&](const char* name, Ref value) {
+        PyDict_SetItemString(d.get(), name, value.get());
+    };
+    set("scale", Ref(PyFloat_FromDouble(call.scale)));
+    set("head_first", Ref(PyBool_FromLong(call.layout == Layout::head_first)));
+    set("cu_seqlens", to_python(call.cu_seqlens_tensor()));
+    set("chunk_size", Ref(PyLong_FromLongLong(call.chunk_size)));
+    set("state_dtype", Ref(PyUnicode_FromString(c10::toString(call.state_dtype))));
+    set("output_dtype", Ref(PyUnicode_FromString(c10::toString(call.output_dtype))));
+    for (const auto& [name, value] : call.options)
+        set(name.c_str(), Ref(PyUnicode_FromString(value.c_str())));
+    return d;
+}
+
+Ref string_list(const std::vector<std::string>& items) {
+    Ref list = checked(PyList_New(0), "list");
+    for (const auto& s : items)
+        PyList_Append(list.get(), Ref(PyUnicode_FromString(s.c_str())).get());
+    return list;
+}
+
+Callable python_callable(PyObject* shim, PyObject* fn, const std::string& label) {
+    Py_INCREF(shim);
+    Py_INCREF(fn);
+    // the interpreter lives as long as the process: these references are never dropped
+    Callable c;
+    c.forward = [shim, fn, label](const Call& call, const TensorMap& inputs) {
+        Ref out = checked(PyObject_CallMethod(shim, "forward", "OOO", fn, tensor_dict(inputs).get(),
+                                              settings_dict(call).get()),
+                          label);
+        std::vector<at::Tensor> outputs;
+        for (Py_ssize_t i = 0; i < PyList_Size(out.get()); ++i)
+            outputs.push_back(from_python(PyList_GetItem(out.get(), i), label + " output"));
+        return outputs;
+    };
+    c.backward = [shim, fn, label](const Call& call, const TensorMap& inputs,
+                                   const std::vector<std::string>& differentiated,
+                                   const std::vector<at::Tensor>& cotangents) {
+        Ref seeds = checked(PyList_New(0), "list");
+        for (const at::Tensor& t : cotangents) PyList_Append(seeds.get(), to_python(t).get());
+        Ref out = checked(PyObject_CallMethod(shim, "backward", "OOOOO", fn,
+                                              tensor_dict(inputs).get(), settings_dict(call).get(),
+                                              string_list(differentiated).get(), seeds.get()),
+                          label);
+        TensorMap grads;
+        for (size_t i = 0; i < differentiated.size(); ++i)
+            grads["d" + differentiated[i]] =
+                from_python(PyList_GetItem(out.get(), static_cast<Py_ssize_t>(i)), label);
+        return grads;
+    };
+    return c;
+}
+
+std::string text_of(PyObject* o) {
+    Ref s = checked(PyObject_Str(o), "str");
+    return PyUnicode_AsUTF8(s.get());
+}
+
+}  // namespace
+
+std::string python_unavailable() { return ""; }
+
+Loaded load_python_provider(const std::string& module, harness::Registry& registry) {
+    start_interpreter();
+    Ref shim(PyImport_ImportModule("lav._provider_call"));
+    LAV_CHECK_AS(EnvironmentError, shim, "--provider ", module,
+                 ": cannot import lav's Python package from ", LAV_PYTHON_PACKAGE_DIR, ": ",
+                 python_error());
+    Ref mod(PyObject_CallMethod(shim.get(), "load", "s", module.c_str()));
+    LAV_CHECK_AS(UsageError, mod, "--provider ", module, ": ", python_error());
+    Loaded loaded;
+    Ref name(PyObject_CallMethod(shim.get(), "provider_name", "O", mod.get()));
+    LAV_CHECK_AS(UsageError, name, "--provider ", module, ": ", python_error());
+    loaded.backend = text_of(name.get());
+    Ref versions(PyObject_CallMethod(shim.get(), "versions", "O", mod.get()));
+    LAV_CHECK_AS(UsageError, versions, "--provider ", module, ": versions(): ", python_error());
+    PyObject *key = nullptr, *value = nullptr;
+    for (Py_ssize_t pos = 0; PyDict_Next(versions.get(), &pos, &key, &value);)
+        loaded.versions[text_of(key)] = text_of(value);
+    Ref device_obj(PyObject_CallMethod(shim.get(), "device", "O", mod.get()));
+    LAV_CHECK_AS(UsageError, device_obj, "--provider ", module, ": ", python_error());
+    const std::string device = text_of(device_obj.get());
+    LAV_CHECK_AS(UsageError, device == "cpu" || device == "cuda", "--provider ", module,
+                 ": DEVICE must be \"cpu\" or \"cuda\", got \"", device, "\"");
+    size_t rows = 0;
+    for (const harness::Family& f : registry.families())
+        for (const std::string& variant : f.variants) {
+            const std::string fn_name = variant + "_" + f.name;
+            const Row* declared = registry.rows().find(f.name, variant, "cpu");
+            if (!declared || !PyObject_HasAttrString(mod.get(), fn_name.c_str())) continue;
+            Ref fn(PyObject_GetAttrString(mod.get(), fn_name.c_str()));
+            Ref bound = checked(PyObject_CallMethod(shim.get(), "bind", "OOss", mod.get(), fn.get(),
+                                                    f.name.c_str(), variant.c_str()),
+                                fn_name);
+            registry.rows().add(provider_row(
+                f, variant, loaded.backend, device, *declared,
+                python_callable(shim.get(), bound.get(), loaded.backend + " " + fn_name)));
+            ++rows;
+        }
+    LAV_CHECK_AS(UsageError, rows > 0, "--provider ", module,
+                 " has no function named <variant>_<family> (e.g. chunk_simple_gla) for a family "
+                 "of this build");
+    return loaded;
+}
+
+}  // namespace lav::providers
