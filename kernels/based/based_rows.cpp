@@ -6,15 +6,13 @@ namespace lav::kernels {
 
 BasedArgs based_args(const Call& call) {
     BasedArgs a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
+    LAV_TENSORS_FROM(a, call, q, k, v);
     a.use_norm = call.flag("use_norm");
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const BasedGrads& g) { return {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}}; }
+TensorMap results(const BasedGrads& g) { return LAV_NAMED(g, dq, dk, dv); }
 
 void add_based_cpu_rows(RowTable& table) {
     add_named_variant_rows(table, {"based", "cpu", "cpu"}, {"parallel", "chunk", "recurrent"},

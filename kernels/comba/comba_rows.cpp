@@ -7,24 +7,15 @@ namespace lav::kernels {
 
 CombaArgs comba_args(const Call& call) {
     CombaArgs a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.p = call.need("p");
-    a.g = call.need("g");
-    a.beta = call.need("beta");
-    a.h0 = call.get("h0");
+    LAV_TENSORS_FROM(a, call, q, k, v, p, g, beta, h0);
     a.use_qk_l2norm_in_kernel = call.flag("use_qk_l2norm_in_kernel");
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const CombaFwd& f) { return {{"o", f.o}, {"ht", f.ht}, {"h", f.h}}; }
+TensorMap results(const CombaFwd& f) { return LAV_NAMED(f, o, ht, h); }
 
-TensorMap results(const CombaGrads& g) {
-    return {{"dq", g.dq}, {"dk", g.dk},       {"dv", g.dv},  {"dp", g.dp},
-            {"dg", g.dg}, {"dbeta", g.dbeta}, {"dh0", g.dh0}};
-}
+TensorMap results(const CombaGrads& g) { return LAV_NAMED(g, dq, dk, dv, dp, dg, dbeta, dh0); }
 
 void add_comba_cpu_rows(RowTable& table) {
     add_rows<CombaArgs, CombaFwd, CombaGrads>(

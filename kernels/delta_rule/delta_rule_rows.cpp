@@ -7,21 +7,15 @@ namespace lav::kernels {
 
 DeltaRuleArgs delta_rule_args(const Call& call) {
     DeltaRuleArgs a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.beta = call.need("beta");
-    a.h0 = call.get("h0");
+    LAV_TENSORS_FROM(a, call, q, k, v, beta, h0);
     a.use_qk_l2norm_in_kernel = call.flag("use_qk_l2norm_in_kernel");
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const DeltaRuleFwd& f) { return {{"o", f.o}, {"ht", f.ht}, {"h", f.h}}; }
+TensorMap results(const DeltaRuleFwd& f) { return LAV_NAMED(f, o, ht, h); }
 
-TensorMap results(const DeltaRuleGrads& g) {
-    return {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dbeta", g.dbeta}, {"dh0", g.dh0}};
-}
+TensorMap results(const DeltaRuleGrads& g) { return LAV_NAMED(g, dq, dk, dv, dbeta, dh0); }
 
 void add_delta_rule_cpu_rows(RowTable& table) {
     add_rows<DeltaRuleArgs, DeltaRuleFwd, DeltaRuleGrads>(

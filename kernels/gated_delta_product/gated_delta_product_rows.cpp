@@ -6,23 +6,17 @@ namespace lav::kernels {
 
 GatedDeltaProductArgs gated_delta_product_args(const Call& call) {
     GatedDeltaProductArgs a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.g = call.get("g");
-    a.beta = call.need("beta");
-    a.h0 = call.get("h0");
+    LAV_TENSORS_FROM(a, call, q, k, v, g, beta, h0);
     a.num_householder = call.int_option("num_householder");
     a.use_qk_l2norm_in_kernel = call.flag("use_qk_l2norm_in_kernel");
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const GatedDeltaProductFwd& f) { return {{"o", f.o}, {"ht", f.ht}, {"h", f.h}}; }
+TensorMap results(const GatedDeltaProductFwd& f) { return LAV_NAMED(f, o, ht, h); }
 
 TensorMap results(const GatedDeltaProductGrads& g) {
-    return {{"dq", g.dq},       {"dk", g.dk}, {"dv", g.dv},
-            {"dbeta", g.dbeta}, {"dg", g.dg}, {"dh0", g.dh0}};
+    return LAV_NAMED(g, dq, dk, dv, dbeta, dg, dh0);
 }
 
 void add_gated_delta_product_cpu_rows(RowTable& table) {

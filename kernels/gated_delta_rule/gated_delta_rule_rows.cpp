@@ -7,33 +7,17 @@ namespace lav::kernels {
 
 GatedDeltaRuleArgs gated_delta_rule_args(const Call& call) {
     GatedDeltaRuleArgs a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.g = call.need("g");
-    a.beta = call.need("beta");
-    a.A_log = call.get("A_log");
-    a.dt_bias = call.get("dt_bias");
-    a.h0 = call.get("h0");
-    a.use_qk_l2norm_in_kernel = call.flag("use_qk_l2norm_in_kernel");
-    a.use_gate_in_kernel = call.flag("use_gate_in_kernel");
-    a.use_beta_sigmoid_in_kernel = call.flag("use_beta_sigmoid_in_kernel");
-    a.allow_neg_eigval = call.flag("allow_neg_eigval");
+    LAV_TENSORS_FROM(a, call, q, k, v, g, beta, A_log, dt_bias, h0);
+    LAV_FLAGS_FROM(a, call, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                   allow_neg_eigval);
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const GatedDeltaRuleFwd& f) { return {{"o", f.o}, {"ht", f.ht}, {"h", f.h}}; }
+TensorMap results(const GatedDeltaRuleFwd& f) { return LAV_NAMED(f, o, ht, h); }
 
 TensorMap results(const GatedDeltaRuleGrads& g) {
-    return {{"dq", g.dq},
-            {"dk", g.dk},
-            {"dv", g.dv},
-            {"dg", g.dg},
-            {"dbeta", g.dbeta},
-            {"dA_log", g.dA_log},
-            {"ddt_bias", g.ddt_bias},
-            {"dh0", g.dh0}};
+    return LAV_NAMED(g, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0);
 }
 
 void add_gated_delta_rule_cpu_rows(RowTable& table) {

@@ -7,20 +7,14 @@ namespace lav::kernels {
 
 GlaArgs gla_args(const Call& call) {
     GlaArgs a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.g = call.need("g");
-    a.h0 = call.get("h0");
+    LAV_TENSORS_FROM(a, call, q, k, v, g, h0);
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const GlaFwd& f) { return {{"o", f.o}, {"ht", f.ht}, {"h", f.h}}; }
+TensorMap results(const GlaFwd& f) { return LAV_NAMED(f, o, ht, h); }
 
-TensorMap results(const GlaGrads& g) {
-    return {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dg", g.dg}, {"dh0", g.dh0}};
-}
+TensorMap results(const GlaGrads& g) { return LAV_NAMED(g, dq, dk, dv, dg, dh0); }
 
 void add_gla_cpu_rows(RowTable& table) {
     add_rows<GlaArgs, GlaFwd, GlaGrads>(

@@ -6,23 +6,14 @@ namespace lav::kernels {
 
 GsaArgs gsa_args(const Call& call) {
     GsaArgs a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.s = call.need("s");
-    a.g = call.need("g");
-    a.hk0 = call.get("hk0");
-    a.hv0 = call.get("hv0");
+    LAV_TENSORS_FROM(a, call, q, k, v, s, g, hk0, hv0);
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const GsaFwd& f) { return {{"o", f.o}, {"hkt", f.hkt}, {"hvt", f.hvt}}; }
+TensorMap results(const GsaFwd& f) { return LAV_NAMED(f, o, hkt, hvt); }
 
-TensorMap results(const GsaGrads& g) {
-    return {{"dq", g.dq}, {"dk", g.dk},     {"dv", g.dv},    {"ds", g.ds},
-            {"dg", g.dg}, {"dhk0", g.dhk0}, {"dhv0", g.dhv0}};
-}
+TensorMap results(const GsaGrads& g) { return LAV_NAMED(g, dq, dk, dv, ds, dg, dhk0, dhv0); }
 
 namespace {
 

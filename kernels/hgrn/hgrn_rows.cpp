@@ -7,16 +7,14 @@ namespace lav::kernels {
 
 HgrnArgs hgrn_args(const Call& call) {
     HgrnArgs a;
-    a.x = call.need("x");
-    a.g = call.need("g");
-    a.h0 = call.get("h0");
+    LAV_TENSORS_FROM(a, call, x, g, h0);
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const HgrnFwd& f) { return {{"o", f.o}, {"ht", f.ht}}; }
+TensorMap results(const HgrnFwd& f) { return LAV_NAMED(f, o, ht); }
 
-TensorMap results(const HgrnGrads& g) { return {{"dx", g.dx}, {"dg", g.dg}, {"dh0", g.dh0}}; }
+TensorMap results(const HgrnGrads& g) { return LAV_NAMED(g, dx, dg, dh0); }
 
 void add_hgrn_cpu_rows(RowTable& table) {
     add_rows<HgrnArgs, HgrnFwd, HgrnGrads>(

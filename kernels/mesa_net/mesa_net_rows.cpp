@@ -6,14 +6,7 @@ namespace lav::kernels {
 
 MesaNetArgs mesa_net_args(const Call& call) {
     MesaNetArgs a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.g = call.need("g");
-    a.beta = call.need("beta");
-    a.lamb = call.need("lamb");
-    a.h_kk0 = call.get("h_kk0");
-    a.h_kv0 = call.get("h_kv0");
+    LAV_TENSORS_FROM(a, call, q, k, v, g, beta, lamb, h_kk0, h_kv0);
     a.use_qk_l2norm_in_kernel = call.flag("use_qk_l2norm_in_kernel");
     // conjugate-gradient steps: "K" (the head dim, as FLA's tests run it) or a number
     const std::string& steps = call.option("max_cg_iterations");
@@ -22,13 +15,10 @@ MesaNetArgs mesa_net_args(const Call& call) {
     return a;
 }
 
-TensorMap results(const MesaNetFwd& f) {
-    return {{"o", f.o}, {"ht_kk", f.ht_kk}, {"ht_kv", f.ht_kv}};
-}
+TensorMap results(const MesaNetFwd& f) { return LAV_NAMED(f, o, ht_kk, ht_kv); }
 
 TensorMap results(const MesaNetGrads& g) {
-    return {{"dq", g.dq},       {"dk", g.dk},       {"dv", g.dv},         {"dg", g.dg},
-            {"dbeta", g.dbeta}, {"dlamb", g.dlamb}, {"dh_kk0", g.dh_kk0}, {"dh_kv0", g.dh_kv0}};
+    return LAV_NAMED(g, dq, dk, dv, dg, dbeta, dlamb, dh_kk0, dh_kv0);
 }
 
 namespace {

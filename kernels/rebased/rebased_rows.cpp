@@ -6,16 +6,13 @@ namespace lav::kernels {
 
 RebasedArgs rebased_args(const Call& call) {
     RebasedArgs a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.use_scale = call.flag("use_scale");
-    a.use_normalize = call.flag("use_normalize");
+    LAV_TENSORS_FROM(a, call, q, k, v);
+    LAV_FLAGS_FROM(a, call, use_scale, use_normalize);
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const RebasedGrads& g) { return {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}}; }
+TensorMap results(const RebasedGrads& g) { return LAV_NAMED(g, dq, dk, dv); }
 
 void add_rebased_cpu_rows(RowTable& table) {
     add_named_variant_rows(table, {"rebased", "cpu", "cpu"}, {"parallel", "chunk", "recurrent"},

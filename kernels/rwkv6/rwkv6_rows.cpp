@@ -6,21 +6,14 @@ namespace lav::kernels {
 
 Rwkv6Args rwkv6_args(const Call& call) {
     Rwkv6Args a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.w = call.need("w");
-    a.u = call.need("u");
-    a.h0 = call.get("h0");
+    LAV_TENSORS_FROM(a, call, q, k, v, w, u, h0);
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const Rwkv6Fwd& f) { return {{"o", f.o}, {"ht", f.ht}, {"h", f.h}}; }
+TensorMap results(const Rwkv6Fwd& f) { return LAV_NAMED(f, o, ht, h); }
 
-TensorMap results(const Rwkv6Grads& g) {
-    return {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dw", g.dw}, {"du", g.du}, {"dh0", g.dh0}};
-}
+TensorMap results(const Rwkv6Grads& g) { return LAV_NAMED(g, dq, dk, dv, dw, du, dh0); }
 
 void add_rwkv6_cpu_rows(RowTable& table) {
     add_rows<Rwkv6Args, Rwkv6Fwd, Rwkv6Grads>(

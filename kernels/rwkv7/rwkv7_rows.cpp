@@ -6,11 +6,7 @@ namespace lav::kernels {
 
 Rwkv7Args rwkv7_args(const Call& call) {
     Rwkv7Args a;
-    a.q = call.need("q");
-    a.w = call.get("w");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.a = call.need("a");
+    LAV_TENSORS_FROM(a, call, q, w, k, v, a);
     // negation is exact in every dtype, so a tied b costs no rounding
     a.b = call.option("b") == "neg_a" ? -a.a : call.need("b");
     a.h0 = call.get("h0");
@@ -18,12 +14,9 @@ Rwkv7Args rwkv7_args(const Call& call) {
     return a;
 }
 
-TensorMap results(const Rwkv7Fwd& f) { return {{"o", f.o}, {"ht", f.ht}, {"h", f.h}}; }
+TensorMap results(const Rwkv7Fwd& f) { return LAV_NAMED(f, o, ht, h); }
 
-TensorMap results(const Rwkv7Grads& g) {
-    return {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv},  {"da", g.da},
-            {"db", g.db}, {"dw", g.dw}, {"dh0", g.dh0}};
-}
+TensorMap results(const Rwkv7Grads& g) { return LAV_NAMED(g, dq, dk, dv, da, db, dw, dh0); }
 
 void add_rwkv7_cpu_rows(RowTable& table) {
     add_rows<Rwkv7Args, Rwkv7Fwd, Rwkv7Grads>(

@@ -7,21 +7,14 @@ namespace lav::kernels {
 
 SimpleGlaArgs simple_gla_args(const Call& call) {
     SimpleGlaArgs a;
-    a.q = call.need("q");
-    a.k = call.need("k");
-    a.v = call.need("v");
-    a.g = call.get("g");
-    a.g_gamma = call.get("g_gamma");
-    a.h0 = call.get("h0");
+    LAV_TENSORS_FROM(a, call, q, k, v, g, g_gamma, h0);
     set_common_args(a, call);
     return a;
 }
 
-TensorMap results(const SimpleGlaFwd& f) { return {{"o", f.o}, {"ht", f.ht}, {"h", f.h}}; }
+TensorMap results(const SimpleGlaFwd& f) { return LAV_NAMED(f, o, ht, h); }
 
-TensorMap results(const SimpleGlaGrads& g) {
-    return {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dg", g.dg}, {"dh0", g.dh0}};
-}
+TensorMap results(const SimpleGlaGrads& g) { return LAV_NAMED(g, dq, dk, dv, dg, dh0); }
 
 void add_simple_gla_cpu_rows(RowTable& table) {
     add_rows<SimpleGlaArgs, SimpleGlaFwd, SimpleGlaGrads>(

@@ -75,6 +75,38 @@ struct Row {
     std::function<PrecisionContract(const Call&, bool backward)> contract;
 };
 
+// Copies by name between a Call and a struct whose members carry the declared names (a
+// kernel's Args, a reference's Inputs), and from a result struct to named tensors:
+//   LAV_TENSORS_FROM(a, call, q, k, v, h0);   // a.q = call.get("q"); ... (undefined if absent)
+//   LAV_FLAGS_FROM(a, call, use_norm);         // a.use_norm = call.flag("use_norm");
+//   TensorMap m = LAV_NAMED(g, dq, dk, dv);    // {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}}
+#define LAV_TENSORS_FROM(to, call, ...) LAV_FOR_EACH(LAV_TENSOR_FROM_, to, call, __VA_ARGS__)
+#define LAV_FLAGS_FROM(to, call, ...) LAV_FOR_EACH(LAV_FLAG_FROM_, to, call, __VA_ARGS__)
+#define LAV_NAMED(from, ...) \
+    ::lav::TensorMap { LAV_FOR_EACH(LAV_NAMED_, from, _, __VA_ARGS__) }
+
+#define LAV_TENSOR_FROM_(to, call, name) to.name = (call).get(#name);
+#define LAV_FLAG_FROM_(to, call, name) to.name = (call).flag(#name);
+#define LAV_NAMED_(from, unused, name) {#name, (from).name},
+// LAV_FOR_EACH(m, x, y, a, b, ...) expands to m(x, y, a) m(x, y, b) ..., up to 12 names
+#define LAV_FE_1(m, x, y, a) m(x, y, a)
+#define LAV_FE_2(m, x, y, a, ...) m(x, y, a) LAV_FE_1(m, x, y, __VA_ARGS__)
+#define LAV_FE_3(m, x, y, a, ...) m(x, y, a) LAV_FE_2(m, x, y, __VA_ARGS__)
+#define LAV_FE_4(m, x, y, a, ...) m(x, y, a) LAV_FE_3(m, x, y, __VA_ARGS__)
+#define LAV_FE_5(m, x, y, a, ...) m(x, y, a) LAV_FE_4(m, x, y, __VA_ARGS__)
+#define LAV_FE_6(m, x, y, a, ...) m(x, y, a) LAV_FE_5(m, x, y, __VA_ARGS__)
+#define LAV_FE_7(m, x, y, a, ...) m(x, y, a) LAV_FE_6(m, x, y, __VA_ARGS__)
+#define LAV_FE_8(m, x, y, a, ...) m(x, y, a) LAV_FE_7(m, x, y, __VA_ARGS__)
+#define LAV_FE_9(m, x, y, a, ...) m(x, y, a) LAV_FE_8(m, x, y, __VA_ARGS__)
+#define LAV_FE_10(m, x, y, a, ...) m(x, y, a) LAV_FE_9(m, x, y, __VA_ARGS__)
+#define LAV_FE_11(m, x, y, a, ...) m(x, y, a) LAV_FE_10(m, x, y, __VA_ARGS__)
+#define LAV_FE_12(m, x, y, a, ...) m(x, y, a) LAV_FE_11(m, x, y, __VA_ARGS__)
+#define LAV_FE_PICK(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, NAME, ...) NAME
+#define LAV_FOR_EACH(m, x, y, ...)                                                          \
+    LAV_FE_PICK(__VA_ARGS__, LAV_FE_12, LAV_FE_11, LAV_FE_10, LAV_FE_9, LAV_FE_8, LAV_FE_7, \
+                LAV_FE_6, LAV_FE_5, LAV_FE_4, LAV_FE_3, LAV_FE_2, LAV_FE_1)                 \
+    (m, x, y, __VA_ARGS__)
+
 class RowTable {
   public:
     /// Adds a row; a second row for one (family, variant, backend) is an InternalError.

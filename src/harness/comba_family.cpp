@@ -14,36 +14,20 @@ using scenario::Generator;
 
 ref::CombaInputs reference_inputs(const Call& c) {
     ref::CombaInputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.p = c.need("p");
-    r.g = c.need("g");
-    r.beta = c.need("beta");
-    r.h0 = c.get("h0");
-    r.cu_seqlens = c.cu_seqlens;
-    r.scale = c.scale;
+    LAV_TENSORS_FROM(r, c, q, k, v, p, g, beta, h0);
+    set_common_inputs(r, c);
     r.use_qk_l2norm_in_kernel = c.flag("use_qk_l2norm_in_kernel");
-    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
     return r;
 }
 
-TensorMap outputs(const ref::CombaOutputs& f) {
-    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
-}
+TensorMap outputs(const ref::CombaOutputs& f) { return LAV_NAMED(f, o, ht, states); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::CombaInputs r = reference_inputs(c);
     TensorMap out = outputs(ref::comba_fwd(r));
     if (backward) {
         const ref::CombaGrads g = ref::comba_bwd(r, c.need("d_o"), c.need("dht"));
-        add_defined(out, {{"dq", g.dq},
-                          {"dk", g.dk},
-                          {"dv", g.dv},
-                          {"dp", g.dp},
-                          {"dg", g.dg},
-                          {"dbeta", g.dbeta},
-                          {"dh0", g.dh0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, dp, dg, dbeta, dh0));
     }
     return out;
 }

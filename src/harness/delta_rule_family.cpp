@@ -10,29 +10,20 @@ using scenario::FamilyIssue;
 
 ref::DeltaRuleInputs reference_inputs(const Call& c) {
     ref::DeltaRuleInputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.beta = c.need("beta");
-    r.h0 = c.get("h0");
-    r.cu_seqlens = c.cu_seqlens;
-    r.scale = c.scale;
+    LAV_TENSORS_FROM(r, c, q, k, v, beta, h0);
+    set_common_inputs(r, c);
     r.use_qk_l2norm_in_kernel = c.flag("use_qk_l2norm_in_kernel");
-    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
     return r;
 }
 
-TensorMap outputs(const ref::DeltaRuleOutputs& f) {
-    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
-}
+TensorMap outputs(const ref::DeltaRuleOutputs& f) { return LAV_NAMED(f, o, ht, states); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::DeltaRuleInputs r = reference_inputs(c);
     TensorMap out = outputs(ref::delta_rule_fwd(r));
     if (backward) {
         const ref::DeltaRuleGrads g = ref::delta_rule_bwd(r, c.need("d_o"), c.need("dht"));
-        add_defined(out,
-                    {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dbeta", g.dbeta}, {"dh0", g.dh0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, dbeta, dh0));
     }
     return out;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "harness/family.h"
@@ -19,6 +20,21 @@ int64_t value_heads(const scenario::Case& c);
 /// The generator the case draws `name` with: its [inputs] entry, else `fallback`.
 scenario::Generator generator_of(const scenario::Case& c, const std::string& name,
                                  const scenario::Generator& fallback = {});
+
+template <class Inputs, class = void>
+struct keeps_states : std::false_type {};
+template <class Inputs>
+struct keeps_states<Inputs, std::void_t<decltype(Inputs::state_stride)>> : std::true_type {};
+
+/// Sets what every reference's Inputs takes from the call: cu_seqlens and the scale, and the
+/// state stride (the chunk size when the call keeps chunk states) where the reference has one.
+template <class Inputs>
+void set_common_inputs(Inputs& r, const Call& c) {
+    r.cu_seqlens = c.cu_seqlens;
+    r.scale = c.scale;
+    if constexpr (keeps_states<Inputs>::value)
+        r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
+}
 
 /// Adds the defined tensors of `named` to `out`: a pass's optional results (dh0 without h0,
 /// dg without a gate) are left out rather than stored undefined.

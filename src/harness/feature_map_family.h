@@ -33,9 +33,7 @@ inline std::vector<scenario::FamilyIssue> check(const scenario::Case& c) {
 template <class RefInputs>
 RefInputs reference_inputs(const Call& c) {
     RefInputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
+    LAV_TENSORS_FROM(r, c, q, k, v);
     r.cu_seqlens = c.cu_seqlens;
     return r;
 }
@@ -67,7 +65,7 @@ Family family(std::string name, std::string summary,
         TensorMap out = {{"o", fwd(r)}};
         if (backward) {
             const RefGrads g = bwd(r, c.need("d_o"));
-            add_defined(out, {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}});
+            add_defined(out, LAV_NAMED(g, dq, dk, dv));
         }
         return out;
     };

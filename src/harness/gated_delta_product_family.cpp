@@ -11,23 +11,14 @@ using scenario::FamilyIssue;
 
 ref::GatedDeltaProductInputs reference_inputs(const Call& c) {
     ref::GatedDeltaProductInputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.g = c.get("g");
-    r.beta = c.need("beta");
-    r.h0 = c.get("h0");
-    r.cu_seqlens = c.cu_seqlens;
+    LAV_TENSORS_FROM(r, c, q, k, v, g, beta, h0);
+    set_common_inputs(r, c);
     r.num_householder = c.int_option("num_householder");
-    r.scale = c.scale;
     r.use_qk_l2norm_in_kernel = c.flag("use_qk_l2norm_in_kernel");
-    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
     return r;
 }
 
-TensorMap outputs(const ref::GatedDeltaProductOutputs& f) {
-    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
-}
+TensorMap outputs(const ref::GatedDeltaProductOutputs& f) { return LAV_NAMED(f, o, ht, states); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::GatedDeltaProductInputs r = reference_inputs(c);
@@ -35,12 +26,7 @@ TensorMap reference(const Call& c, bool backward) {
     if (backward) {
         const ref::GatedDeltaProductGrads g =
             ref::gated_delta_product_bwd(r, c.need("d_o"), c.need("dht"));
-        add_defined(out, {{"dq", g.dq},
-                          {"dk", g.dk},
-                          {"dv", g.dv},
-                          {"dbeta", g.dbeta},
-                          {"dg", g.dg},
-                          {"dh0", g.dh0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, dbeta, dg, dh0));
     }
     return out;
 }

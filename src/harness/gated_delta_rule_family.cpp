@@ -11,27 +11,14 @@ using scenario::Generator;
 
 ref::GatedDeltaRuleInputs reference_inputs(const Call& c) {
     ref::GatedDeltaRuleInputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.g = c.need("g");
-    r.beta = c.need("beta");
-    r.A_log = c.get("A_log");
-    r.dt_bias = c.get("dt_bias");
-    r.h0 = c.get("h0");
-    r.cu_seqlens = c.cu_seqlens;
-    r.scale = c.scale;
-    r.use_qk_l2norm_in_kernel = c.flag("use_qk_l2norm_in_kernel");
-    r.use_gate_in_kernel = c.flag("use_gate_in_kernel");
-    r.use_beta_sigmoid_in_kernel = c.flag("use_beta_sigmoid_in_kernel");
-    r.allow_neg_eigval = c.flag("allow_neg_eigval");
-    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
+    LAV_TENSORS_FROM(r, c, q, k, v, g, beta, A_log, dt_bias, h0);
+    set_common_inputs(r, c);
+    LAV_FLAGS_FROM(r, c, use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                   allow_neg_eigval);
     return r;
 }
 
-TensorMap outputs(const ref::GatedDeltaRuleOutputs& f) {
-    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
-}
+TensorMap outputs(const ref::GatedDeltaRuleOutputs& f) { return LAV_NAMED(f, o, ht, states); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::GatedDeltaRuleInputs r = reference_inputs(c);
@@ -39,14 +26,7 @@ TensorMap reference(const Call& c, bool backward) {
     if (backward) {
         const ref::GatedDeltaRuleGrads g =
             ref::gated_delta_rule_bwd(r, c.need("d_o"), c.need("dht"));
-        add_defined(out, {{"dq", g.dq},
-                          {"dk", g.dk},
-                          {"dv", g.dv},
-                          {"dg", g.dg},
-                          {"dbeta", g.dbeta},
-                          {"dA_log", g.dA_log},
-                          {"ddt_bias", g.ddt_bias},
-                          {"dh0", g.dh0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0));
     }
     return out;
 }
@@ -78,8 +58,6 @@ Family gated_delta_rule_family() {
                  {"use_gate_in_kernel", {"false", "true"}},
                  {"use_beta_sigmoid_in_kernel", {"false", "true"}},
                  {"allow_neg_eigval", {"false", "true"}}};
-    // Generator spelled out before a condition: GCC 12 at -O3 otherwise warns
-    // (-Wmaybe-uninitialized) about the list's cleanup path
     f.tensors = {
         // randn keys are only stable once normalised, which use_qk_l2norm_in_kernel does
         {"q", Role::input, "B T H K", DTypeSetting::inputs},
@@ -89,10 +67,9 @@ Family gated_delta_rule_family() {
         {"g", Role::gate, "B T HV", DTypeSetting::gate, {"logsigmoid"}},
         {"beta", Role::gate, "B T HV", DTypeSetting::gate, {"rand"}},
         // exp(A_log) ∈ [1, e): a decay rate of the order of FLA's initialisation
-        {"A_log", Role::gate, "HV", DTypeSetting::gate, Generator{"rand"},
-         "use_gate_in_kernel=true"},
-        {"dt_bias", Role::gate, "HV", DTypeSetting::gate, Generator{}, "use_gate_in_kernel=true"},
-        {"h0", Role::state, "N HV K V", DTypeSetting::state, Generator{}, "initial_state"},
+        {"A_log", Role::gate, "HV", DTypeSetting::gate, {"rand"}, "use_gate_in_kernel=true"},
+        {"dt_bias", Role::gate, "HV", DTypeSetting::gate, {}, "use_gate_in_kernel=true"},
+        {"h0", Role::state, "N HV K V", DTypeSetting::state, {}, "initial_state"},
         {"o", Role::output, "B T HV V", DTypeSetting::output},
         {"ht", Role::output, "N HV K V", DTypeSetting::state},
         {"d_o", Role::cotangent, "B T HV V", DTypeSetting::output},

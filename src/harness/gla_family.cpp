@@ -7,27 +7,19 @@ namespace {
 
 ref::GlaInputs reference_inputs(const Call& c) {
     ref::GlaInputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.g = c.need("g");
-    r.h0 = c.get("h0");
-    r.cu_seqlens = c.cu_seqlens;
-    r.scale = c.scale;
-    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
+    LAV_TENSORS_FROM(r, c, q, k, v, g, h0);
+    set_common_inputs(r, c);
     return r;
 }
 
-TensorMap outputs(const ref::GlaOutputs& f) {
-    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
-}
+TensorMap outputs(const ref::GlaOutputs& f) { return LAV_NAMED(f, o, ht, states); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::GlaInputs r = reference_inputs(c);
     TensorMap out = outputs(ref::gla_fwd(r));
     if (backward) {
         const ref::GlaGrads g = ref::gla_bwd(r, c.need("d_o"), c.need("dht"));
-        add_defined(out, {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dg", g.dg}, {"dh0", g.dh0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, dg, dh0));
     }
     return out;
 }

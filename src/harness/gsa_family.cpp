@@ -9,32 +9,19 @@ using scenario::Case;
 
 ref::GsaInputs reference_inputs(const Call& c) {
     ref::GsaInputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.s = c.need("s");
-    r.g = c.need("g");
-    r.hk0 = c.get("hk0");
-    r.hv0 = c.get("hv0");
-    r.cu_seqlens = c.cu_seqlens;
-    r.scale = c.scale;
+    LAV_TENSORS_FROM(r, c, q, k, v, s, g, hk0, hv0);
+    set_common_inputs(r, c);
     return r;
 }
 
-TensorMap outputs(const ref::GsaOutputs& f) { return {{"o", f.o}, {"hkt", f.hkt}, {"hvt", f.hvt}}; }
+TensorMap outputs(const ref::GsaOutputs& f) { return LAV_NAMED(f, o, hkt, hvt); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::GsaInputs r = reference_inputs(c);
     TensorMap out = outputs(ref::gsa_fwd(r));
     if (backward) {
         const ref::GsaGrads g = ref::gsa_bwd(r, c.need("d_o"), c.need("dhkt"), c.need("dhvt"));
-        add_defined(out, {{"dq", g.dq},
-                          {"dk", g.dk},
-                          {"dv", g.dv},
-                          {"ds", g.ds},
-                          {"dg", g.dg},
-                          {"dhk0", g.dhk0},
-                          {"dhv0", g.dhv0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, ds, dg, dhk0, dhv0));
     }
     return out;
 }

@@ -9,21 +9,19 @@ namespace {
 
 ref::HgrnInputs reference_inputs(const Call& c) {
     ref::HgrnInputs r;
-    r.x = c.need("x");
-    r.g = c.need("g");
-    r.h0 = c.get("h0");
+    LAV_TENSORS_FROM(r, c, x, g, h0);
     r.cu_seqlens = c.cu_seqlens;
     return r;
 }
 
-TensorMap outputs(const ref::HgrnOutputs& f) { return {{"o", f.o}, {"ht", f.ht}}; }
+TensorMap outputs(const ref::HgrnOutputs& f) { return LAV_NAMED(f, o, ht); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::HgrnInputs r = reference_inputs(c);
     TensorMap out = outputs(ref::hgrn_fwd(r));
     if (backward) {
         const ref::HgrnGrads g = ref::hgrn_bwd(r, c.need("d_o"), c.need("dht"));
-        add_defined(out, {{"dx", g.dx}, {"dg", g.dg}, {"dh0", g.dh0}});
+        add_defined(out, LAV_NAMED(g, dx, dg, dh0));
     }
     return out;
 }

@@ -25,42 +25,24 @@ std::optional<double> lower_bound(const std::string& value) {
 
 ref::KdaInputs reference_inputs(const Call& c) {
     ref::KdaInputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.g = c.need("g");
-    r.beta = c.need("beta");
-    r.A_log = c.get("A_log");
-    r.dt_bias = c.get("dt_bias");
-    r.h0 = c.get("h0");
-    r.cu_seqlens = c.cu_seqlens;
-    r.scale = c.scale;
+    LAV_TENSORS_FROM(r, c, q, k, v, g, beta, A_log, dt_bias, h0);
+    set_common_inputs(r, c);
     r.use_qk_l2norm_in_kernel = c.flag(kL2Norm);
     r.use_gate_in_kernel = c.flag(kGateInKernel);
     r.lower_bound = lower_bound(c.option(kLowerBound));
     r.use_beta_sigmoid_in_kernel = c.flag(kBetaSigmoid);
     r.allow_neg_eigval = c.flag(kNegEigval);
-    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
     return r;
 }
 
-TensorMap outputs(const ref::KdaOutputs& f) {
-    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
-}
+TensorMap outputs(const ref::KdaOutputs& f) { return LAV_NAMED(f, o, ht, states); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::KdaInputs r = reference_inputs(c);
     TensorMap out = outputs(ref::kda_fwd(r));
     if (backward) {
         const ref::KdaGrads g = ref::kda_bwd(r, c.need("d_o"), c.need("dht"));
-        add_defined(out, {{"dq", g.dq},
-                          {"dk", g.dk},
-                          {"dv", g.dv},
-                          {"dg", g.dg},
-                          {"dbeta", g.dbeta},
-                          {"dA_log", g.dA_log},
-                          {"ddt_bias", g.ddt_bias},
-                          {"dh0", g.dh0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0));
     }
     return out;
 }
@@ -102,8 +84,6 @@ Family kda_family() {
                  {kLowerBound, {"none", "-5", "-1"}},
                  {kBetaSigmoid, {"false", "true"}},
                  {kNegEigval, {"false", "true"}}};
-    // Generator spelled out before a condition: GCC 12 at -O3 otherwise warns
-    // (-Wmaybe-uninitialized) about the list's cleanup path
     f.tensors = {
         {"q", Role::input, "B T H K", DTypeSetting::inputs},
         {"k", Role::input, "B T H K", DTypeSetting::inputs},
@@ -112,10 +92,9 @@ Family kda_family() {
         {"g", Role::gate, "B T HV K", DTypeSetting::gate, {"logsigmoid"}},
         // β in [0, 1), unless the kernel passes a logit through its sigmoid
         {"beta", Role::gate, "B T HV", DTypeSetting::gate, {"rand"}},
-        {"A_log", Role::gate, "HV", DTypeSetting::gate, Generator{"randn", 0.5},
-         "use_gate_in_kernel=true"},
-        {"dt_bias", Role::gate, "HV*K", DTypeSetting::gate, Generator{}, "use_gate_in_kernel=true"},
-        {"h0", Role::state, "N HV K V", DTypeSetting::state, Generator{}, "initial_state"},
+        {"A_log", Role::gate, "HV", DTypeSetting::gate, {"randn", 0.5}, "use_gate_in_kernel=true"},
+        {"dt_bias", Role::gate, "HV*K", DTypeSetting::gate, {}, "use_gate_in_kernel=true"},
+        {"h0", Role::state, "N HV K V", DTypeSetting::state, {}, "initial_state"},
         {"o", Role::output, "B T HV V", DTypeSetting::output},
         {"ht", Role::output, "N HV K V", DTypeSetting::state},
         {"d_o", Role::cotangent, "B T HV V", DTypeSetting::output},

@@ -17,22 +17,13 @@ Generator h_kk0_draw(const Case& c) { return {"ones", 1.0 / static_cast<double>(
 
 ref::MesaNetInputs reference_inputs(const Call& c) {
     ref::MesaNetInputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.g = c.need("g");
-    r.beta = c.need("beta");
-    r.lamb = c.need("lamb");
-    r.h_kk0 = c.get("h_kk0");
-    r.h_kv0 = c.get("h_kv0");
+    LAV_TENSORS_FROM(r, c, q, k, v, g, beta, lamb, h_kk0, h_kv0);
     r.cu_seqlens = c.cu_seqlens;
     r.use_qk_l2norm_in_kernel = c.flag("use_qk_l2norm_in_kernel");
     return r;
 }
 
-TensorMap outputs(const ref::MesaNetOutputs& f) {
-    return {{"o", f.o}, {"ht_kk", f.ht_kk}, {"ht_kv", f.ht_kv}};
-}
+TensorMap outputs(const ref::MesaNetOutputs& f) { return LAV_NAMED(f, o, ht_kk, ht_kv); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::MesaNetInputs r = reference_inputs(c);
@@ -40,14 +31,7 @@ TensorMap reference(const Call& c, bool backward) {
     if (backward) {
         const ref::MesaNetGrads g =
             ref::mesa_net_bwd(r, c.need("d_o"), c.need("dht_kk"), c.need("dht_kv"));
-        add_defined(out, {{"dq", g.dq},
-                          {"dk", g.dk},
-                          {"dv", g.dv},
-                          {"dg", g.dg},
-                          {"dbeta", g.dbeta},
-                          {"dlamb", g.dlamb},
-                          {"dh_kk0", g.dh_kk0},
-                          {"dh_kv0", g.dh_kv0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, dg, dbeta, dlamb, dh_kk0, dh_kv0));
     }
     return out;
 }

@@ -8,8 +8,7 @@ namespace {
 
 ref::RebasedInputs reference_inputs(const Call& c) {
     auto r = feature_map::reference_inputs<ref::RebasedInputs>(c);
-    r.use_scale = c.flag("use_scale");
-    r.use_normalize = c.flag("use_normalize");
+    LAV_FLAGS_FROM(r, c, use_scale, use_normalize);
     return r;
 }
 

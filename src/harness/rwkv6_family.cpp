@@ -7,30 +7,19 @@ namespace {
 
 ref::Rwkv6Inputs reference_inputs(const Call& c) {
     ref::Rwkv6Inputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.w = c.need("w");
-    r.u = c.need("u");
-    r.h0 = c.get("h0");
-    r.cu_seqlens = c.cu_seqlens;
-    r.scale = c.scale;
-    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
+    LAV_TENSORS_FROM(r, c, q, k, v, w, u, h0);
+    set_common_inputs(r, c);
     return r;
 }
 
-TensorMap outputs(const ref::Rwkv6Outputs& f) {
-    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
-}
+TensorMap outputs(const ref::Rwkv6Outputs& f) { return LAV_NAMED(f, o, ht, states); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::Rwkv6Inputs r = reference_inputs(c);
     TensorMap out = outputs(ref::rwkv6_fwd(r));
     if (backward) {
         const ref::Rwkv6Grads g = ref::rwkv6_bwd(r, c.need("d_o"), c.need("dht"));
-        add_defined(
-            out,
-            {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dw", g.dw}, {"du", g.du}, {"dh0", g.dh0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, dw, du, dh0));
     }
     return out;
 }

@@ -12,35 +12,21 @@ using scenario::Generator;
 
 ref::Rwkv7Inputs reference_inputs(const Call& c) {
     ref::Rwkv7Inputs r;
-    r.q = c.need("q");
-    r.w = c.get("w");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.a = c.need("a");
+    LAV_TENSORS_FROM(r, c, q, w, k, v, a);
     r.b = c.option("b") == "neg_a" ? -r.a : c.need("b");
     r.h0 = c.get("h0");
-    r.cu_seqlens = c.cu_seqlens;
-    r.scale = c.scale;
-    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
+    set_common_inputs(r, c);
     return r;
 }
 
-TensorMap outputs(const ref::Rwkv7Outputs& f) {
-    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
-}
+TensorMap outputs(const ref::Rwkv7Outputs& f) { return LAV_NAMED(f, o, ht, states); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::Rwkv7Inputs r = reference_inputs(c);
     TensorMap out = outputs(ref::rwkv7_fwd(r));
     if (backward) {
         const ref::Rwkv7Grads g = ref::rwkv7_bwd(r, c.need("d_o"), c.need("dht"));
-        add_defined(out, {{"dq", g.dq},
-                          {"dk", g.dk},
-                          {"dv", g.dv},
-                          {"da", g.da},
-                          {"db", g.db},
-                          {"dw", g.dw},
-                          {"dh0", g.dh0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, da, db, dw, dh0));
     }
     return out;
 }

@@ -7,28 +7,19 @@ namespace {
 
 ref::SimpleGlaInputs reference_inputs(const Call& c) {
     ref::SimpleGlaInputs r;
-    r.q = c.need("q");
-    r.k = c.need("k");
-    r.v = c.need("v");
-    r.g = c.get("g");
-    r.g_gamma = c.get("g_gamma");
-    r.h0 = c.get("h0");
-    r.cu_seqlens = c.cu_seqlens;
-    r.scale = c.scale;
-    r.state_stride = c.keep_chunk_states ? c.chunk_size : 0;
+    LAV_TENSORS_FROM(r, c, q, k, v, g, g_gamma, h0);
+    set_common_inputs(r, c);
     return r;
 }
 
-TensorMap outputs(const ref::SimpleGlaOutputs& f) {
-    return {{"o", f.o}, {"ht", f.ht}, {"states", f.states}};
-}
+TensorMap outputs(const ref::SimpleGlaOutputs& f) { return LAV_NAMED(f, o, ht, states); }
 
 TensorMap reference(const Call& c, bool backward) {
     const ref::SimpleGlaInputs r = reference_inputs(c);
     TensorMap out = outputs(ref::simple_gla_fwd(r));
     if (backward) {
         const ref::SimpleGlaGrads g = ref::simple_gla_bwd(r, c.need("d_o"), c.need("dht"));
-        add_defined(out, {{"dq", g.dq}, {"dk", g.dk}, {"dv", g.dv}, {"dg", g.dg}, {"dh0", g.dh0}});
+        add_defined(out, LAV_NAMED(g, dq, dk, dv, dg, dh0));
     }
     return out;
 }
