@@ -85,8 +85,9 @@ def _call(bound, tensors, settings):
         reason = unsupported(family, variant, options)
         if reason:
             raise NotImplementedError(reason)
-    kwargs = dict(tensors)
-    kwargs.update(settings)
+    # an option named like a tensor (rwkv7's b) comes as <name>_option
+    kwargs = {(k + "_option" if k in tensors else k): v for k, v in settings.items()}
+    kwargs.update(tensors)
     # a function that does not take every setting gets the ones it names
     params = inspect.signature(fn).parameters
     if not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):

@@ -63,6 +63,12 @@ IValue argument(const c10::FunctionSchema& schema, const c10::Argument& arg, con
         return cu.defined() ? IValue(cu.to(device)) : IValue();
     }
     if (call.options.count(name)) return option_value(arg, call.options.at(name));
+    // an option named like a tensor (rwkv7's b) is taken as <name>_option
+    const std::string option = name.size() > 7 && name.compare(name.size() - 7, 7, "_option") == 0
+                                   ? name.substr(0, name.size() - 7)
+                                   : "";
+    if (!option.empty() && call.options.count(option))
+        return option_value(arg, call.options.at(option));
     LAV_CHECK(arg.default_value().has_value(), schema.name(), " takes '", name,
               "', which lav cannot fill (not a declared tensor, setting or option of the family)",
               "; give it a default");
