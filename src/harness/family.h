@@ -111,6 +111,9 @@ struct Family {
 /// Whether case `c` has the tensor (its `when` holds).
 bool present(const TensorDecl& t, const scenario::Case& c);
 
+/// A declared shape's axes, each as its letters: "B T*NH H" -> {{B}, {T, NH}, {H}}.
+std::vector<std::vector<std::string>> axes_of(const TensorDecl& t);
+
 /// The head_last axis of `t`'s time letter, or -1 without one.
 int64_t time_dim(const TensorDecl& t);
 

@@ -40,9 +40,9 @@ bool is_drawn_input(Role r) { return r == Role::input || r == Role::gate || r ==
 
 std::vector<int64_t> shape_of(const TensorDecl& t, const std::map<std::string, int64_t>& dims) {
     std::vector<int64_t> shape;
-    for (const std::string& axis : split(t.shape, ' ')) {
+    for (const std::vector<std::string>& axis : axes_of(t)) {
         int64_t size = 1;
-        for (const std::string& letter : split(axis, '*')) {
+        for (const std::string& letter : axis) {
             const auto it = dims.find(letter);
             LAV_ASSERT(it != dims.end(), t.name, "'s shape names unknown dimension ", letter);
             size *= it->second;
@@ -67,10 +67,16 @@ bool present(const TensorDecl& t, const Case& c) {
     return (it->second == value) != negated;
 }
 
+std::vector<std::vector<std::string>> axes_of(const TensorDecl& t) {
+    std::vector<std::vector<std::string>> out;
+    for (const std::string& axis : split(t.shape, ' ')) out.push_back(split(axis, '*'));
+    return out;
+}
+
 int64_t time_dim(const TensorDecl& t) {
-    const std::vector<std::string> axes = split(t.shape, ' ');
+    const std::vector<std::vector<std::string>> axes = axes_of(t);
     for (size_t i = 0; i < axes.size(); ++i)
-        for (const std::string& letter : split(axes[i], '*'))
+        for (const std::string& letter : axes[i])
             if (letter == "T") return static_cast<int64_t>(i);
     return -1;
 }

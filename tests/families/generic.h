@@ -16,7 +16,6 @@
 #include <map>
 #include <ostream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,22 +49,6 @@ inline const harness::Registry& registry() {
 }
 
 // ---- declarations ----
-
-inline std::vector<std::string> split(const std::string& text, char sep) {
-    std::vector<std::string> out;
-    std::string item;
-    std::istringstream in(text);
-    while (std::getline(in, item, sep))
-        if (!item.empty()) out.push_back(item);
-    return out;
-}
-
-/// A declared shape's axes, each as its letters: "B T*NH H" -> {{B}, {T, NH}, {H}}.
-inline std::vector<std::vector<std::string>> axes_of(const TensorDecl& t) {
-    std::vector<std::vector<std::string>> out;
-    for (const std::string& axis : split(t.shape, ' ')) out.push_back(split(axis, '*'));
-    return out;
-}
 
 /// Whether some tensor of f names the dimension letter.
 inline bool uses_letter(const Family& f, const std::string& letter) {
