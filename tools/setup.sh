@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # tools/setup.sh — installs what lav's build needs on Debian 12, once; safe to run again.
-#   system: cmake, g++, HDF5, Boost.Program_options, GoogleTest, toml++ (apt)
+#   system: cmake, g++, HDF5, Boost.Program_options, GoogleTest, toml++, chromium (apt; the
+#           HTML report's test loads the page in headless chromium)
 #   .venv:  torch (LibTorch's headers and libraries, pinned), what `import torch` needs there
-#           (Python providers run in an interpreter embedded in lav), h5py/pandas for report readers
+#           (Python providers run in an interpreter embedded in lav), h5py/pandas for report
+#           readers, plotly for `lav report`, websocket-client and pillow for the HTML report's
+#           test (it drives chromium and reads its screenshot)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION="${LAV_TORCH_VERSION:-2.11.0}"
 packages=(cmake g++ python3-venv python3-dev libhdf5-dev libboost-program-options-dev libgtest-dev
-          libtomlplusplus-dev)
+          libtomlplusplus-dev chromium)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -40,7 +43,7 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
         "nvidia-nvshmem-cu13==3.4.5"
     .venv/bin/pip install -q typing-extensions sympy networkx jinja2 fsspec filelock "setuptools<82"
 fi
-if ! .venv/bin/python -c "import h5py, pandas" 2>/dev/null; then
-    echo "setup: installing h5py and pandas into .venv" >&2
-    .venv/bin/pip install -q h5py pandas
+if ! .venv/bin/python -c "import h5py, pandas, plotly, websocket, PIL" 2>/dev/null; then
+    echo "setup: installing h5py, pandas, plotly, websocket-client and pillow into .venv" >&2
+    .venv/bin/pip install -q h5py pandas plotly websocket-client pillow
 fi

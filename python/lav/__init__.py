@@ -1,1 +1,1 @@
-"""lav's Python package: providers that run other libraries' linear-attention kernels under lav."""
+"""lav's Python package: providers of other libraries' kernels, the report reader, the HTML report."""

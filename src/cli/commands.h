@@ -21,6 +21,7 @@ int cmd_list(const std::vector<std::string>& args);
 int cmd_show(const std::vector<std::string>& args);
 int cmd_gate(const std::vector<std::string>& args);
 int cmd_diff(const std::vector<std::string>& args);
+int cmd_report(const std::vector<std::string>& args);
 
 /// Parses `args` against `options` (positional arguments fill `positional`'s names). Prints
 /// `usage` and the options and returns false on --help; throws UsageError on bad arguments.

@@ -21,6 +21,7 @@ commands:
   show      print a report as a table
   gate      compare a run with a baseline (the CI numeric gate)
   diff      two reports side by side: environment, then the largest changes
+  report    a report as one self-contained HTML page with plots
 
 `lav <command> --help` describes each command.
 exit codes: 0 pass, 1 verification failed, 2 bad usage or scenario, 3 environment, 4 internal)";
@@ -34,6 +35,7 @@ int dispatch(const std::string& command, const std::vector<std::string>& args,
     if (command == "show") return cmd_show(args);
     if (command == "gate") return cmd_gate(args);
     if (command == "diff") return cmd_diff(args);
+    if (command == "report") return cmd_report(args);
     throw lav::UsageError("unknown command '" + command + "'\n" + kUsage);
 }
 
