@@ -78,8 +78,23 @@ std::vector<std::string> split_list(const std::string& text) {
     while (std::getline(in, item, ','))
         if (!item.empty() && std::find(out.begin(), out.end(), item) == out.end())
             out.push_back(item);
-    LAV_CHECK_AS(UsageError, !out.empty(), "--backend names no backend");
     return out;
+}
+
+// --fail-on's kinds, each checked against the kinds a finding can have
+std::set<std::string> parse_fail_on(const std::string& text) {
+    std::set<std::string> kinds;
+    if (text.empty()) return kinds;
+    const std::vector<std::string>& known = report::finding_kinds();
+    for (const auto& kind : split_list(text)) {
+        if (std::find(known.begin(), known.end(), kind) == known.end()) {
+            std::string names;
+            for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
+            throw UsageError("--fail-on takes finding kinds (" + names + "), got '" + kind + "'");
+        }
+        kinds.insert(kind);
+    }
+    return kinds;
 }
 
 // Keeps the variants of `c` whose id "<case>/<variant>" matches; false when none is left.
@@ -90,14 +105,6 @@ bool apply_filter(scenario::Case& c, const std::regex* filter) {
         if (std::regex_search(c.id + "/" + v, *filter)) kept.push_back(v);
     c.variants = kept;
     return !kept.empty();
-}
-
-// "<case>/<variant>/<backend>/<pass>" -> "<case>": the records of one case share its prologue
-std::string case_of(const std::string& record_id) {
-    size_t cut = record_id.size();
-    for (int i = 0; i < 3 && cut != std::string::npos && cut > 0; ++i)
-        cut = record_id.rfind('/', cut - 1);
-    return cut == std::string::npos ? record_id : record_id.substr(0, cut);
 }
 
 }  // namespace
@@ -114,6 +121,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::vector<std::string> provider_modules;
     std::string junit;
     std::string dump_dir;
+    std::string fail_on;
     int threads = 0;
     options.add_options()("paths", po::value(&paths)->required(), "scenario files or folders")(
         "out,o", po::value(&out), "report to write (default reports/out/run.h5)")(
@@ -136,6 +144,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "provider", po::value(&provider_modules)->composing(),
         "import the Python provider MODULE or FILE.py (repeatable); its functions "
         "<variant>_<family> become rows of the backend it names (e.g. lav.providers.fla)")(
+        "fail-on", po::value(&fail_on),
+        "finding kinds that fail a case, comma-separated (e.g. PROMOTION,BOUNDARY_MISMATCH,DRIFT); "
+        "by default a dtype finding makes a passing case WARN, which exits 0")(
         "strict-boundary", po::bool_switch(),
         "fail a case whose prologue hands the kernel a dtype, shape or layout its contract "
         "refuses (default: report it, fix it, and measure)")(
@@ -169,6 +180,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         provided.push_back(text + ")");
     }
     const std::vector<std::string> requested = split_list(backend);
+    LAV_CHECK_AS(UsageError, !requested.empty(), "--backend names no backend");
     const std::vector<std::string> known = registry.backends();
     for (const auto& b : requested) {
         if (b == "auto" || std::find(known.begin(), known.end(), b) != known.end()) continue;
@@ -232,6 +244,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     harness::RunOptions run_options;
     run_options.strict_boundary = vm["strict-boundary"].as<bool>();
     run_options.backends = requested;
+    run_options.fail_on = parse_fail_on(fail_on);
     if (!dump_dir.empty())
         run_options.on_intermediates = [&](const std::vector<report::Intermediates>& dumps) {
             const std::string file = report::intermediates_file_name(dumps.front().case_id);
@@ -265,26 +278,10 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     const report::Report& rep = writer->report();
     if (!junit.empty()) report::write_junit_run(junit, rep);
     report::print_summary_table(std::cout, rep);
-    bool failed = false;
-    for (const auto& r : rep.cases) {
-        if (r.verdict == "pass") continue;
-        failed = true;
-        std::cout << "\n";
-        report::print_case_failure(std::cout, r);
-    }
-    // a passing case can still carry what the tracer found in its prologue
-    std::string last_scenario_case;
-    for (const auto& r : rep.cases) {
-        const bool traced =
-            std::any_of(r.trace.begin(), r.trace.end(),
-                        [](const report::TraceRow& t) { return t.source == "traced"; });
-        if (r.verdict != "pass" || r.findings.empty() || !traced) continue;
-        const std::string case_id = case_of(r.id);
-        if (case_id == last_scenario_case) continue;
-        last_scenario_case = case_id;
-        std::cout << "\nfindings of " << case_id << ":\n";
-        report::print_findings(std::cout, r);
-    }
+    report::print_case_details(std::cout, rep);
+    const bool failed = std::any_of(rep.cases.begin(), rep.cases.end(), [](const auto& r) {
+        return r.verdict == "fail" || r.verdict == "error";
+    });
     if (skipped_long)
         std::cout << "\n" << skipped_long << " long cases skipped (run with --long)\n";
     std::cout << "\nreport: " << out << "\n";

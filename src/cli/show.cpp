@@ -1,4 +1,5 @@
 // src/cli/show.cpp — `lav show`: a report as a console table, with the failing cases spelled out.
+#include <algorithm>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -22,13 +23,10 @@ int cmd_show(const std::vector<std::string>& args) {
               << "lav " << r.run.lav_version << " (" << r.run.git_commit << "), LibTorch "
               << r.run.torch_version << ", " << r.run.device << ", " << r.run.started_at << "\n\n";
     report::print_summary_table(std::cout, r);
-    bool failed = false;
-    for (const auto& c : r.cases) {
-        if (c.verdict == "pass") continue;
-        failed = true;
-        std::cout << "\n";
-        report::print_case_failure(std::cout, c);
-    }
+    report::print_case_details(std::cout, r);
+    const bool failed = std::any_of(r.cases.begin(), r.cases.end(), [](const auto& c) {
+        return c.verdict == "fail" || c.verdict == "error";
+    });
     return static_cast<int>(failed ? ExitCode::kVerificationFailed : ExitCode::kPass);
 }
 

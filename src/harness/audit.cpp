@@ -110,7 +110,9 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
         env["cu_seqlens"] = declared_offsets;
     }
 
-    trace::TraceScope scope;
+    // values are checked too: a prologue is short, and the op that first made a NaN is the
+    // answer to "why is the kernel's output NaN"
+    trace::TraceScope scope(/*check_values=*/true);
     PrologueHooks hooks;
     hooks.on_input = [&](const std::string& name, const at::Tensor& t) {
         const scenario::PrologueTensor* declared = prologue.find_tensor(name);
@@ -126,6 +128,8 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
     for (const auto& f : trace::find_promotions(trace, to_scalar_type(c.input_dtype)))
         audit.findings.push_back(to_report(f));
     for (const auto& f : trace::find_demotions(trace)) audit.findings.push_back(to_report(f));
+    for (const auto& f : trace::find_nonfinite_origin(trace))
+        audit.findings.push_back(to_report(f));
     for (const auto& row : trace::trace_table(trace))
         audit.trace.push_back(
             {row.seq, row.op, row.depth, row.autocast != 0, row.inputs, row.outputs, "traced", ""});

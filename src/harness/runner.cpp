@@ -9,10 +9,12 @@
 
 #include "core/error.h"
 #include "core/layout.h"
+#include "core/text.h"
 #include "core/varlen.h"
 #include "harness/audit.h"
 #include "harness/backend.h"
 #include "harness/inputs.h"
+#include "harness/judge.h"
 #include "metrics/measures.h"
 
 namespace lav::harness {
@@ -26,32 +28,6 @@ using scenario::Case;
 // salts keep the cotangents' random streams apart from the inputs'
 constexpr uint64_t kInputSalt = 0;
 constexpr uint64_t kCotangentSalt = 1;
-
-std::string index_string(const std::vector<int64_t>& index) {
-    std::string out = "[";
-    for (size_t i = 0; i < index.size(); ++i) out += (i ? ", " : "") + std::to_string(index[i]);
-    return out + "]";
-}
-
-std::string sci(double x) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2e", x);
-    return buf;
-}
-
-double bound_for(const Case& c, const MeasuredSpec& m) {
-    const auto it = c.tolerances.find(m.name);
-    return it != c.tolerances.end() ? it->second
-                                    : metrics::default_bound(m.kind, c.input_dtype, c.state_dtype);
-}
-
-// final states and the gradients of initial states (dh0, and gsa's dhk0, dhv0, mesa_net's
-// dh_kk0, dh_kv0, ...: "dh...0") are states: a wrong dtype there breaks the requested storage
-bool is_state(const MeasuredSpec& m) {
-    const std::string& n = m.name;
-    const bool initial_state_grad = n.size() >= 3 && n.compare(0, 2, "dh") == 0 && n.back() == '0';
-    return m.kind == metrics::TensorKind::state || initial_state_grad;
-}
 
 CaseRecord blank_record(const Case& c, const std::string& variant, const std::string& backend,
                         const std::string& pass) {
@@ -69,52 +45,9 @@ CaseRecord blank_record(const Case& c, const std::string& variant, const std::st
     r.output_dtype = dtype_name(c.output_dtype);
     r.layout = layout_name(c.layout);
     r.shape = shape_name(c);
-    if (!c.cu_seqlens.empty()) r.cu_seqlens = index_string(c.cu_seqlens);
+    if (!c.cu_seqlens.empty()) r.cu_seqlens = bracketed(c.cu_seqlens);
     r.seed = c.seed;
     return r;
-}
-
-// Measures one result against the reference and records its row, drift and findings.
-void judge(const Case& c, const MeasuredSpec& m, const at::Tensor& x, const at::Tensor& ref,
-           const PrecisionContract& contract, CaseRecord& r) {
-    const metrics::Measures ms = metrics::measure(x, ref, m.time_dim, c.chunk_size);
-    MetricRow row;
-    row.tensor = m.name;
-    row.dtype = scalar_type_name(x.scalar_type());
-    row.expected_dtype = dtype_name(contract.dtype_of(m.name));
-    row.rel_rmse = ms.rel_rmse;
-    row.max_abs = ms.max_abs;
-    row.max_abs_index = index_string(ms.max_abs_index);
-    row.max_rel = ms.max_rel;
-    row.nonfinite = ms.nonfinite;
-    row.bound = bound_for(c, m);
-    // written as a negation so that a NaN rel_rmse fails
-    row.pass = !(ms.rel_rmse > row.bound) && !std::isnan(ms.rel_rmse) && ms.nonfinite == 0;
-
-    if (ms.nonfinite > 0)
-        r.findings.push_back(
-            {"NONFINITE", m.name,
-             std::to_string(ms.nonfinite) + " NaN/Inf where the reference is finite", ""});
-    if (!(ms.rel_rmse <= row.bound))
-        r.findings.push_back({"TOLERANCE", m.name,
-                              "rel_rmse " + sci(ms.rel_rmse) + " > bound " + sci(row.bound), ""});
-    if (row.dtype != row.expected_dtype) {
-        row.pass = false;
-        r.findings.push_back(
-            {is_state(m) ? "STATE_DTYPE_CONTRACT" : "OUTPUT_DTYPE_CONTRACT", m.name,
-             "returned " + row.dtype + ", contract declares " + row.expected_dtype, ""});
-    }
-    for (size_t b = 0; b < ms.drift.size(); ++b) {
-        if (ms.drift[b] > row.bound) {
-            r.findings.push_back({"DRIFT", m.name,
-                                  "rel_rmse " + sci(ms.drift[b]) + " > bound " + sci(row.bound) +
-                                      " from position " + std::to_string(b * c.chunk_size),
-                                  ""});
-            break;
-        }
-    }
-    if (!ms.drift.empty()) r.drift.push_back({m.name, c.chunk_size, ms.drift});
-    r.metrics.push_back(std::move(row));
 }
 
 std::vector<double> values_of(const at::Tensor& t) {
@@ -274,6 +207,7 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
         if (!dumps.empty()) options.on_intermediates(dumps);
     }
 
+    const std::string bad_inputs = nonfinite_inputs(in.kernel);
     // the records wait for the case's last kernel: each carries what every kernel declares
     std::vector<CaseRecord> records;
     for (const auto& variant : c.variants)
@@ -302,19 +236,10 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                     for (const auto& m : measured) {
                         const auto it = results.find(m.name);
                         LAV_ASSERT(it != results.end(), variant, " returned no ", m.name);
-                        judge(c, m, it->second, gold.at(m.name), r.contract, r);
+                        judge(c, m, it->second, gold.at(m.name), r.contract, bad_inputs, r);
                     }
-                    bool pass_all = true;
-                    for (const auto& row_metrics : r.metrics)
-                        pass_all = pass_all && row_metrics.pass;
-                    const bool refused = options.strict_boundary && audit.boundary_mismatch;
-                    r.verdict = pass_all && !refused ? "pass" : "fail";
-                    if (refused)
-                        r.message =
-                            "a kernel input reached the kernel in a dtype, shape or layout its "
-                            "contract refuses";
-                    else if (!pass_all)
-                        r.message = "a measure is outside its bound or contract";
+                    decide(r, options.strict_boundary && audit.boundary_mismatch,
+                           options.fail_on);
                 } catch (const InternalError&) {
                     throw;
                 } catch (const std::exception& e) {

@@ -2,10 +2,12 @@
 // findings.
 //
 // Verification failures are results: a case whose kernel is off, or throws, becomes a record
-// with verdict "fail" or "error" and the caller goes on to the next case.
+// with verdict "fail" or "error" and the caller goes on to the next case; one whose measures
+// pass with a dtype finding (a promotion, a boundary mismatch, ...) is "warn".
 #pragma once
 
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,8 @@ namespace lav::harness {
 struct RunOptions {
     /// a BOUNDARY_MISMATCH fails the case (otherwise the kernel runs on the cast inputs)
     bool strict_boundary = false;
+    /// finding kinds that fail a record (lav run --fail-on), dtype findings then fail, not warn
+    std::set<std::string> fail_on;
     /// the backends each variant runs on, one record each: "auto" (backend.h) or a backend's
     /// name (cpu, cuda, a provider's)
     std::vector<std::string> backends = {"auto"};

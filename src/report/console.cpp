@@ -73,6 +73,13 @@ void print_indented(std::ostream& out, const std::string& text) {
 
 }  // namespace
 
+std::string case_of(const std::string& record_id) {
+    size_t cut = record_id.size();
+    for (int i = 0; i < 3 && cut != std::string::npos && cut > 0; ++i)
+        cut = record_id.rfind('/', cut - 1);
+    return cut == std::string::npos ? record_id : record_id.substr(0, cut);
+}
+
 std::string plural(size_t n, const char* noun) {
     return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
@@ -81,7 +88,7 @@ void print_summary_table(std::ostream& out, const Report& report) {
     // id, verdict, worst tensor, rel_rmse, bound, seconds
     using Row = std::array<std::string, 6>;
     std::vector<Row> rows = {{"case", "verdict", "worst", "rel_rmse", "bound", "seconds"}};
-    size_t passed = 0, failed = 0, errors = 0;
+    size_t passed = 0, warned = 0, failed = 0, errors = 0;
     for (const CaseRecord& c : report.cases) {
         const MetricRow* worst = c.worst();
         rows.push_back({shorten_id(c.id), upper(c.verdict), worst ? worst->tensor : "-",
@@ -89,6 +96,8 @@ void print_summary_table(std::ostream& out, const Report& report) {
                         worst ? format("%.2e", worst->bound) : "-", format("%.2f", c.seconds)});
         if (c.verdict == "pass")
             ++passed;
+        else if (c.verdict == "warn")
+            ++warned;
         else if (c.verdict == "fail")
             ++failed;
         else
@@ -106,8 +115,8 @@ void print_summary_table(std::ostream& out, const Report& report) {
             out << std::string(widths.back() - width(r.back()), ' ') << r.back() << '\n';
         }
     }
-    out << plural(report.cases.size(), "case") << ": " << passed << " passed, " << failed
-        << " failed, " << plural(errors, "error") << (report.complete ? "" : " (incomplete run)")
+    out << plural(report.cases.size(), "case") << ": " << passed << " passed, " << warned
+        << " warned, " << failed << " failed, " << plural(errors, "error") << (report.complete ? "" : " (incomplete run)")
         << '\n';
 }
 
@@ -116,32 +125,39 @@ void print_case_failure(std::ostream& out, const CaseRecord& record) {
     if (!record.cu_seqlens.empty()) out << "  cu_seqlens " << record.cu_seqlens;
     out << "  " << record.input_dtype << " in / " << record.state_dtype << " state / "
         << record.layout << '\n';
-
-    if (record.verdict == "error") {
+    // each fact once: a failing measure is told by its finding, which carries its numbers
+    if (record.verdict == "error" || record.findings.empty())
         print_indented(out, record.message);
-    } else {
-        size_t name_width = 3;
-        for (const MetricRow& m : record.metrics)
-            if (!m.pass) name_width = std::max(name_width, width(m.tensor));
-        bool any_failing = false;
-        for (const MetricRow& m : record.metrics) {
-            if (m.pass) continue;
-            any_failing = true;
-            // written so that a NaN error reads as above its bound
-            const char* relation = m.rel_rmse <= m.bound ? " ≤ " : " > ";
-            out << "  tensor " << pad(m.tensor, name_width) << "   rel_rmse "
-                << format("%.1e", m.rel_rmse) << relation << "bound " << format("%.1e", m.bound)
-                << "   max |Δ| " << format("%.1e", m.max_abs);
-            if (!m.max_abs_index.empty()) out << " at " << m.max_abs_index;
-            out << "   nonfinite " << m.nonfinite;
-            if (!m.expected_dtype.empty() && m.dtype != m.expected_dtype)
-                out << "   dtype " << m.dtype << ", contract " << m.expected_dtype;
-            out << '\n';
-        }
-        if (!any_failing && record.findings.empty() && !record.message.empty())
-            print_indented(out, record.message);
-    }
     print_findings(out, record);
+}
+
+void print_case_details(std::ostream& out, const Report& report) {
+    const auto same_findings = [](const CaseRecord& a, const CaseRecord& b) {
+        if (a.verdict != b.verdict || a.findings.size() != b.findings.size()) return false;
+        for (size_t i = 0; i < a.findings.size(); ++i)
+            if (a.findings[i].kind != b.findings[i].kind ||
+                a.findings[i].tensor != b.findings[i].tensor ||
+                a.findings[i].message != b.findings[i].message)
+                return false;
+        return true;
+    };
+    const auto& cases = report.cases;
+    for (size_t i = 0; i < cases.size();) {
+        const CaseRecord& first = cases[i++];
+        if (first.verdict == "pass" && first.findings.empty()) continue;
+        // the records of one case that say the same (its prologue's findings) are told once
+        std::vector<std::string> alike;
+        const std::string stem = case_of(first.id);
+        while (first.verdict != "error" && i < cases.size() && case_of(cases[i].id) == stem &&
+               same_findings(first, cases[i]))
+            alike.push_back(cases[i++].id.substr(stem.size() + 1));
+        out << '\n';
+        print_case_failure(out, first);
+        if (alike.empty()) continue;
+        std::string names;
+        for (const auto& a : alike) names += (names.empty() ? "" : ", ") + a;
+        out << "  the same for " << names << '\n';
+    }
 }
 
 void print_findings(std::ostream& out, const CaseRecord& record) {

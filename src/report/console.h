@@ -4,8 +4,7 @@
 // `lav show` prints the same from a file.
 //
 //   report::print_summary_table(std::cout, report);
-//   for (const auto& c : report.cases)
-//       if (c.verdict != "pass") report::print_case_failure(std::cout, c);
+//   report::print_case_details(std::cout, report);  // every case that is not a plain pass
 #pragma once
 
 #include <cstddef>
@@ -19,16 +18,24 @@ namespace lav::report {
 /// "1 case", "3 cases": a count and its noun, in the plural unless it is one.
 std::string plural(size_t n, const char* noun);
 
-/// One aligned row per case: id (long ones shortened in the middle), verdict (PASS, FAIL,
+/// "<case>/<variant>/<backend>/<pass>" -> "<case>": the records of one case share its prologue.
+std::string case_of(const std::string& record_id);
+
+/// One aligned row per case: id (long ones shortened in the middle), verdict (PASS, WARN, FAIL,
 /// ERROR), worst tensor with its rel_rmse and bound (%.2e), seconds; then the totals line
-/// "N cases: P passed, F failed, E errors", which ends in "(incomplete run)" unless the run
-/// finished.
+/// "N cases: P passed, W warned, F failed, E errors", which ends in "(incomplete run)" unless
+/// the run finished.
 void print_summary_table(std::ostream& out, const Report& report);
 
-/// A failing case in the style of PyTorch's mismatch message: a header with the case, shape and
-/// dtypes, one line per failing tensor (rel_rmse against its bound, max |Δ| and where, nonfinite
-/// count), then the findings. For a case that could not run, its message.
+/// A case that did not simply pass: a header with the verdict, case, shape and dtypes, then one
+/// line per finding (a failing measure's finding carries its numbers: rel_rmse and bound, the
+/// elements out of bound, the worst one beside its reference). For a case that could not run,
+/// or one without findings, its message.
 void print_case_failure(std::ostream& out, const CaseRecord& record);
+
+/// print_case_failure for each record that is not a pass without findings, after a blank line;
+/// the records of one case with the same verdict and findings (a prologue's) are told once.
+void print_case_details(std::ostream& out, const Report& report);
 
 /// The findings of a case, one line each, with the dtype history of the tensor on a second line
 /// where the finding has one.

@@ -45,6 +45,7 @@ struct TestCase {
     std::string kind;     // "", "failure" or "error"
     std::string message;  // one line
     std::string details;
+    std::string output;  // <system-out>: the findings of a case that did not fail
 };
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
@@ -71,12 +72,17 @@ void write_xml(const std::string& path, const std::string& suite,
     for (const auto& c : cases) {
         xml << "    <testcase classname=\"" << xml_escape(c.classname) << "\" name=\""
             << xml_escape(c.name) << "\" time=\"" << c.seconds << "\"";
-        if (c.kind.empty()) {
+        if (c.kind.empty() && c.output.empty()) {
             xml << "/>\n";
             continue;
         }
-        xml << ">\n      <" << c.kind << " message=\"" << xml_escape(c.message) << "\">"
-            << xml_escape(c.details) << "</" << c.kind << ">\n    </testcase>\n";
+        xml << ">\n";
+        if (!c.kind.empty())
+            xml << "      <" << c.kind << " message=\"" << xml_escape(c.message) << "\">"
+                << xml_escape(c.details) << "</" << c.kind << ">\n";
+        if (!c.output.empty())
+            xml << "      <system-out>" << xml_escape(c.output) << "</system-out>\n";
+        xml << "    </testcase>\n";
     }
     xml << "  </testsuite>\n</testsuites>\n";
     const std::string tmp = path + ".tmp";
@@ -103,8 +109,13 @@ std::string reason(const CaseRecord& c) {
 void write_junit_run(const std::string& path, const Report& run) {
     std::vector<TestCase> cases;
     for (const auto& c : run.cases) {
-        TestCase t{c.scenario, c.id, c.seconds, "", "", ""};
-        if (c.verdict == "fail") {
+        TestCase t{c.scenario, c.id, c.seconds, "", "", "", ""};
+        if (c.verdict == "pass" || c.verdict == "warn") {
+            // a warning is not a failure of the CI job; its findings are the test's output
+            if (c.verdict == "warn") t.output = "WARN: " + c.message + "\n";
+            for (const auto& f : c.findings)
+                t.output += f.kind + " " + f.tensor + ": " + f.message + "\n";
+        } else if (c.verdict == "fail") {
             t.kind = "failure";
             t.message = reason(c);
             for (const auto& f : c.findings)
@@ -124,7 +135,7 @@ void write_junit_gate(const std::string& path, const GateResult& result, const R
     std::map<std::string, TestCase> cases;
     for (const Report* r : {&baseline, &run})
         for (const auto& c : r->cases)
-            cases[c.id] = TestCase{c.scenario, c.id, c.seconds, "", "", ""};
+            cases[c.id] = TestCase{c.scenario, c.id, c.seconds, "", "", "", ""};
     for (const auto& g : result.regressions) {
         TestCase& t = cases[g.case_id];
         const std::string line =

@@ -52,7 +52,14 @@ struct DriftCurve {
     std::vector<double> rel_rmse;
 };
 
-/// A finding; `kind` is a word of reports/SCHEMA.md's list (TOLERANCE, NONFINITE, ...).
+/// Every kind a finding can have, in reports/SCHEMA.md's order (--fail-on names them).
+const std::vector<std::string>& finding_kinds();
+
+/// PROMOTION, DEMOTION, BOUNDARY_MISMATCH, STATE_DTYPE_CONTRACT, OUTPUT_DTYPE_CONTRACT: a record
+/// with one of these and no failed measure is "warn", not "pass".
+bool is_dtype_finding(const std::string& kind);
+
+/// A finding; `kind` is one of finding_kinds().
 struct Finding {
     std::string kind;
     std::string tensor;
@@ -87,8 +94,10 @@ struct CaseRecord {
     std::string shape;       ///< "B2_T1024_H4_K64_V64"
     std::string cu_seqlens;  ///< "[0, 100, 1024]" or ""
     uint64_t seed = 0;
-    std::string verdict;  ///< "pass", "fail" (a verification failed) or "error" (it could not run)
-    std::string message;  ///< why, for "fail" and "error"
+    /// "pass"; "warn" (the measures pass, with a dtype finding); "fail" (a verification failed);
+    /// "error" (it could not run)
+    std::string verdict;
+    std::string message;  ///< why, for "warn", "fail" and "error"
     double seconds = 0;
     std::vector<MetricRow> metrics;
     std::vector<DriftCurve> drift;

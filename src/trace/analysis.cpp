@@ -384,4 +384,44 @@ std::vector<TraceRow> trace_table(const Trace& trace) {
     return rows;
 }
 
+std::vector<Finding> find_nonfinite_origin(const Trace& trace) {
+    const auto bad = [](const TensorInfo& t) { return t.has_nan || t.has_inf; };
+    for (const OpRecord& op : trace.ops()) {
+        if (op.depth != 0) continue;
+        const auto out = std::find_if(op.outputs.begin(), op.outputs.end(), bad);
+        if (out == op.outputs.end()) continue;
+        const int output = static_cast<int>(out - op.outputs.begin());
+        const std::string name = tensor_name(trace, *out);
+        const std::string values = out->has_nan && out->has_inf ? "NaN and Inf"
+                                   : out->has_nan             ? "NaN"
+                                                              : "Inf";
+        std::string operands;
+        for (const TensorInfo& in : op.inputs)
+            operands += (operands.empty() ? "" : ", ") + tensor_name(trace, in) + ": " + describe(in);
+        const auto entered = std::find_if(op.inputs.begin(), op.inputs.end(), bad);
+        Finding f;
+        f.tensor = name;
+        f.seq = op.seq;
+        f.history = history_of_seq(trace, op.seq, output);
+        if (entered != op.inputs.end()) {
+            f.kind = "NONFINITE";
+            f.message = tensor_name(trace, *entered) + " holds NaN/Inf before any traced op made "
+                        "it: it entered the prologue so, and " + op.op + " passed it on";
+        } else if (out->has_inf && (out->dtype == at::kHalf || out->dtype == at::kBFloat16)) {
+            f.kind = "OVERFLOW";
+            f.message = op.op + "(" + operands + ") -> " + describe(*out) + " made " + values +
+                        " from finite inputs: the result exceeds " + dtype_str(out->dtype) +
+                        "'s range (largest finite " +
+                        (out->dtype == at::kHalf ? "65504" : "3.39e38") + ")";
+        } else {
+            f.kind = "NONFINITE";
+            f.message = op.op + "(" + operands + ") -> " + describe(*out) + " made " + values +
+                        " from finite inputs";
+        }
+        return {f};
+    }
+    return {};
+}
+
 }  // namespace lav::trace
+

@@ -63,6 +63,13 @@ std::vector<Finding> find_promotions(const Trace& trace, c10::ScalarType compute
 std::vector<Finding> find_demotions(const Trace& trace,
                                     const std::set<std::string>& state_labels = {});
 
+/// Where NaN or Inf first appeared, from a trace of a scope that checks values: the first
+/// depth-0 op whose output holds one while its inputs held none. OVERFLOW when a fp16 or bf16
+/// output holds ±Inf (finite values beyond the dtype's range), NONFINITE otherwise (0/0, log of
+/// a negative, ...); or, when the first op to hold one received it, NONFINITE naming the
+/// tensor that entered the trace with it. Empty when no op held NaN or Inf.
+std::vector<Finding> find_nonfinite_origin(const Trace& trace);
+
 /// The dtype history of `tensor` (see above); "<label or external>: <dtype>" when no op of
 /// the trace produced it.
 std::string history(const Trace& trace, const at::Tensor& tensor);

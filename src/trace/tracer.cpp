@@ -1,6 +1,7 @@
 // src/trace/tracer.cpp — TraceScope's RecordFunction callbacks and producer map; no analysis.
 #include "trace/tracer.h"
 
+#include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <c10/util/intrusive_ptr.h>
@@ -124,6 +125,8 @@ TensorInfo Trace::materialize(const RawTensor& raw) const {
     info.producer_output = raw.producer_output;
     info.inplace_of = raw.inplace_of;
     info.view_of = raw.view_of;
+    info.has_nan = raw.has_nan;
+    info.has_inf = raw.has_inf;
     return info;
 }
 
@@ -338,6 +341,13 @@ void Trace::record_tensor(RawTensor& raw, const at::Tensor& t) {
     // nested and symbolic-shape tensors throw on sizes(); they keep an empty shape
     const bool sized = !impl->is_nested() && !impl->has_symbolic_sizes_strides();
     raw.shape = intern_shape(sized ? impl->sizes() : c10::IntArrayRef());
+    if (check_values_ && sized && at::isFloatingType(raw.dtype) && t.numel() > 0 &&
+        t.has_storage()) {
+        // the scan's own ops must not be traced
+        at::DisableRecordFunctionGuard untraced;
+        raw.has_nan = at::isnan(t).any().item<bool>();
+        raw.has_inf = at::isinf(t).any().item<bool>();
+    }
 }
 
 void Trace::on_start(const at::RecordFunction& fn) {
@@ -412,7 +422,8 @@ void Trace::on_end(const at::RecordFunction& fn) {
 
 // ---- TraceScope ----
 
-TraceScope::TraceScope() : trace_(std::make_unique<Trace>()) {
+TraceScope::TraceScope(bool check_values) : trace_(std::make_unique<Trace>()) {
+    trace_->check_values_ = check_values;
     LAV_ASSERT(tls_trace == nullptr,
                "trace::TraceScope opened while another is open on this thread; trace scopes do "
                "not nest");

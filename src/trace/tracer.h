@@ -57,6 +57,8 @@ struct TensorInfo {
     int producer_output = 0;  ///< which output of the producer it was
     int inplace_of = -1;      ///< outputs only: the input index it is (same TensorImpl)
     int view_of = -1;         ///< outputs only: the input index whose storage it views
+    bool has_nan = false;     ///< held a NaN (only in a scope that checks values)
+    bool has_inf = false;     ///< held ±Inf (only in a scope that checks values)
 };
 
 /// One aten op.
@@ -122,6 +124,8 @@ class Trace {
         int32_t view_of = -1;
         c10::ScalarType dtype = c10::ScalarType::Undefined;
         c10::Device device{c10::kCPU};
+        bool has_nan = false;
+        bool has_inf = false;
     };
     // one op, as recorded; its inputs and outputs are ranges of tensors_
     struct RawOp {
@@ -204,6 +208,7 @@ class Trace {
     void on_start(const at::RecordFunction& fn);
     void on_end(const at::RecordFunction& fn);
     void record_tensor(RawTensor& raw, const at::Tensor& t);
+    bool check_values_ = false;
     uint32_t intern_name(const char* name);
     const char* name(uint32_t id) const { return name_chars_.data() + name_begin_[id]; }
     uint32_t intern_shape(c10::IntArrayRef sizes);
@@ -234,7 +239,10 @@ class Trace {
 /// opening a second one on the same thread throws InternalError.
 class TraceScope {
   public:
-    TraceScope();
+    /// With `check_values`, every floating tensor an op takes or returns is also scanned for
+    /// NaN and Inf (TensorInfo::has_nan, has_inf): a reduction per tensor, for short op chains
+    /// such as a prologue, where the first op to make a NaN is worth its cost.
+    explicit TraceScope(bool check_values = false);
     ~TraceScope();
     TraceScope(const TraceScope&) = delete;
     TraceScope& operator=(const TraceScope&) = delete;

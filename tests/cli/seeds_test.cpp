@@ -151,14 +151,14 @@ TEST(Boundary, ShapeStrideAndOffsetsAreFindingsNotErrors) {
 
     // transposed back, q has its generated values again: the kernel measures as without ops
     const auto& head_first = record_of(r, "boundary_head_first_q");
-    EXPECT_EQ(head_first.verdict, "pass") << head_first.message;
+    EXPECT_EQ(head_first.verdict, "warn") << head_first.message;
     EXPECT_TRUE(has(head_first.findings, "BOUNDARY_MISMATCH", "q", "(head_first order)"));
     ASSERT_EQ(head_first.findings.size(), 1u);
     EXPECT_NE(head_first.findings[0].history.find("aten::transpose"), std::string::npos)
         << head_first.findings[0].history;
 
     const auto& strided = record_of(r, "boundary_strided_k");
-    EXPECT_EQ(strided.verdict, "pass") << strided.message;
+    EXPECT_EQ(strided.verdict, "warn") << strided.message;
     EXPECT_TRUE(has(strided.findings, "BOUNDARY_MISMATCH", "k", "last dim at stride 2"));
     EXPECT_EQ(strided.findings.size(), 1u);
 
@@ -169,7 +169,7 @@ TEST(Boundary, ShapeStrideAndOffsetsAreFindingsNotErrors) {
     EXPECT_NE(wrong.message.find("a shape it cannot take"), std::string::npos) << wrong.message;
 
     const auto& offsets = record_of(r, "boundary_float_cu_seqlens");
-    EXPECT_EQ(offsets.verdict, "pass") << offsets.message;
+    EXPECT_EQ(offsets.verdict, "warn") << offsets.message;
     EXPECT_TRUE(has(offsets.findings, "BOUNDARY_MISMATCH", "cu_seqlens", "as fp32"));
     EXPECT_FALSE(has(offsets.findings, "BOUNDARY_MISMATCH", "cu_seqlens", "other offsets"));
 }

@@ -26,6 +26,44 @@ TEST(Measures, RelRmseAndMaxAbs) {
     EXPECT_NEAR(m.drift[1], 0.5 / std::sqrt(24.0), 1e-15);
 }
 
+TEST(Measures, AllNaNSaysSoInsteadOfAZeroError) {
+    const at::Tensor ref = at::ones({4, 4}, at::kDouble);
+    const at::Tensor x = at::full({4, 4}, NAN, at::kFloat);
+    const Measures m = measure(x, ref, -1, 64);
+    EXPECT_TRUE(m.all_nonfinite);
+    EXPECT_TRUE(std::isnan(m.max_abs));
+    EXPECT_TRUE(std::isnan(m.max_rel));
+    EXPECT_EQ(m.nonfinite, 16);
+}
+
+TEST(Measures, WorstElementBesideItsReferenceAndCountBeyond) {
+    const at::Tensor ref = at::ones({2, 8}, at::kDouble);
+    at::Tensor x = ref.clone();
+    x[1][3] = 1.25;
+    x[0][2] = 1.01;
+    const Measures m = measure(x, ref, 1, 4);
+    EXPECT_DOUBLE_EQ(m.worst_value, 1.25);
+    EXPECT_DOUBLE_EQ(m.worst_reference, 1.0);
+    EXPECT_EQ(count_beyond(x, ref, 0.05), 1);
+    EXPECT_EQ(count_beyond(x, ref, 0.005), 2);
+    // per position along dim 1: the squared error and the reference's squared norm
+    ASSERT_EQ(m.err2.size(), 8u);
+    EXPECT_NEAR(m.err2[3], 0.0625, 1e-12);
+    EXPECT_DOUBLE_EQ(m.ref2[3], 2.0);
+    EXPECT_DOUBLE_EQ(m.err2[0], 0.0);
+}
+
+TEST(Measures, ZerosWhereTheReferenceIsNotAreFlushed) {
+    at::Tensor ref = at::full({100}, 1e-30, at::kDouble);
+    ref[0] = 0;
+    const at::Tensor x = ref.to(at::kHalf);  // 1e-30 is below fp16's smallest subnormal
+    const Measures m = measure(x, ref, -1, 64);
+    EXPECT_EQ(m.ref_nonzero, 99);
+    EXPECT_EQ(m.flushed, 99);
+    EXPECT_DOUBLE_EQ(m.largest_flushed, 1e-30);
+    EXPECT_EQ(measure(ref.to(at::kFloat), ref, -1, 64).flushed, 0);
+}
+
 TEST(Measures, NonFiniteCountedAndFailsRelRmse) {
     const at::Tensor ref = at::ones({4, 4}, at::kDouble);
     at::Tensor x = ref.to(at::kFloat);

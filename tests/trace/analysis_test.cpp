@@ -282,6 +282,66 @@ TEST(Demotion, NoneForReadsWideningsOrOverwrites) {
     EXPECT_TRUE(find_demotions(done).empty());
 }
 
+// ---- where NaN and Inf come from ----
+
+TEST(NonfiniteOrigin, AnFp16MatmulThatOverflowsIsOverflow) {
+    const at::Tensor k = at::full({4, 8}, 100.0, at::kHalf);
+    const at::Tensor w = at::full({8, 8}, 100.0, at::kHalf);
+    TraceScope scope(/*check_values=*/true);
+    scope.trace().label(k, "k", Role::input);
+    scope.trace().label(w, "w", Role::parameter);
+    at::Tensor out = at::matmul(k, w);  // 8 · 100 · 100 = 80000 > 65504
+    out = out * 2;
+    scope.trace().label(out, "k");
+    const Trace done = scope.stop();
+
+    const auto findings = find_nonfinite_origin(done);
+    ASSERT_EQ(findings.size(), 1u);
+    EXPECT_EQ(findings[0].kind, "OVERFLOW");
+    EXPECT_NE(findings[0].message.find("aten::matmul(k: fp16[4,8], w: fp16[8,8])"),
+              std::string::npos)
+        << findings[0].message;
+    EXPECT_NE(findings[0].message.find("from finite inputs"), std::string::npos);
+}
+
+TEST(NonfiniteOrigin, NaNFromFiniteValuesIsNonfinite) {
+    const at::Tensor x = -at::ones({3}, at::kFloat);
+    TraceScope scope(true);
+    scope.trace().label(x, "x", Role::input);
+    const at::Tensor y = at::sqrt(x) + 1;
+    const Trace done = scope.stop();
+    const auto findings = find_nonfinite_origin(done);
+    ASSERT_EQ(findings.size(), 1u);
+    EXPECT_EQ(findings[0].kind, "NONFINITE");
+    EXPECT_EQ(findings[0].message.rfind("aten::sqrt(x: fp32[3])", 0), 0u) << findings[0].message;
+}
+
+TEST(NonfiniteOrigin, AValueThatEnteredWithNaNIsNamed) {
+    at::Tensor g = at::ones({3}, at::kFloat);
+    g[1] = NAN;
+    TraceScope scope(true);
+    scope.trace().label(g, "g", Role::input);
+    const at::Tensor y = g * 2;
+    const Trace done = scope.stop();
+    const auto findings = find_nonfinite_origin(done);
+    ASSERT_EQ(findings.size(), 1u);
+    EXPECT_EQ(findings[0].kind, "NONFINITE");
+    EXPECT_EQ(findings[0].message.rfind("g holds NaN/Inf before any traced op", 0), 0u)
+        << findings[0].message;
+}
+
+TEST(NonfiniteOrigin, NothingWithoutValueChecksOrWhenFinite) {
+    const at::Tensor x = -at::ones({3}, at::kFloat);
+    {
+        TraceScope scope;  // values not checked
+        const at::Tensor y = at::sqrt(x);
+        EXPECT_TRUE(find_nonfinite_origin(scope.stop()).empty());
+    }
+    TraceScope scope(true);
+    const at::Tensor y = x * 3;
+    EXPECT_TRUE(find_nonfinite_origin(scope.stop()).empty());
+}
+
 // ---- ops outside a dtype, the table ----
 
 TEST(OutsideDtype, FlagsEveryOpWithAnotherFloat) {
