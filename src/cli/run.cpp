@@ -147,6 +147,10 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "fail-on", po::value(&fail_on),
         "finding kinds that fail a case, comma-separated (e.g. PROMOTION,BOUNDARY_MISMATCH,DRIFT); "
         "by default a dtype finding makes a passing case WARN, which exits 0")(
+        "decompose", po::bool_switch(),
+        "rerun each kernel with the roundings its contract names kept in fp32, one group more "
+        "at a time (intermediates in the input dtype, stored states, outputs), and add a "
+        "DECOMPOSITION finding per tensor: each group's share of the error")(
         "strict-boundary", po::bool_switch(),
         "fail a case whose prologue hands the kernel a dtype, shape or layout its contract "
         "refuses (default: report it, fix it, and measure)")(
@@ -245,6 +249,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     run_options.strict_boundary = vm["strict-boundary"].as<bool>();
     run_options.backends = requested;
     run_options.fail_on = parse_fail_on(fail_on);
+    run_options.decompose = vm["decompose"].as<bool>();
     if (!dump_dir.empty())
         run_options.on_intermediates = [&](const std::vector<report::Intermediates>& dumps) {
             const std::string file = report::intermediates_file_name(dumps.front().case_id);

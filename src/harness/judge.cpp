@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/dtype.h"
+#include "core/layout.h"
 #include "core/text.h"
 #include "core/varlen.h"
 #include "metrics/bounds.h"
@@ -122,6 +123,18 @@ void add_drift_findings(const Case& c, const MeasuredSpec& m, const metrics::Mea
 }
 
 }  // namespace
+
+TensorMap measured_results(const Case& c, const std::vector<MeasuredSpec>& measured,
+                           const TensorMap& results) {
+    TensorMap out;
+    for (const MeasuredSpec& m : measured) {
+        const auto it = results.find(m.name);
+        if (it == results.end() || !it->second.defined()) continue;
+        const at::Tensor t = it->second.cpu();
+        out[m.name] = m.time_dim >= 0 ? to_head_last(t, c.layout) : t;
+    }
+    return out;
+}
 
 std::string nonfinite_inputs(const TensorMap& inputs) {
     std::string out;

@@ -14,6 +14,11 @@
 
 namespace lav::harness {
 
+/// A row's `results` as they are measured: on the CPU, time-major ones in head_last order;
+/// results the case does not measure are left out.
+TensorMap measured_results(const scenario::Case& c, const std::vector<MeasuredSpec>& measured,
+                           const TensorMap& results);
+
 /// The kernel inputs holding NaN/Inf, for the NONFINITE findings of the results made from
 /// them: "k: 512 NaN/Inf, g: 3 NaN/Inf"; "" when every input is finite.
 std::string nonfinite_inputs(const TensorMap& inputs);

@@ -13,6 +13,7 @@
 #include "core/varlen.h"
 #include "harness/audit.h"
 #include "harness/backend.h"
+#include "harness/decompose.h"
 #include "harness/inputs.h"
 #include "harness/judge.h"
 #include "metrics/measures.h"
@@ -87,19 +88,6 @@ report::Intermediates chunk_intermediates(const Case& c, const Family& family, c
     LAV_ASSERT(chunk == h.size(0), c.family, " stored ", h.size(0), " chunk states for ", chunk,
                " chunks");
     return d;
-}
-
-// A row's results as the runner measures them: on the CPU, in head_last order.
-TensorMap measured_results(const Case& c, const std::vector<MeasuredSpec>& measured,
-                           const TensorMap& results) {
-    TensorMap out;
-    for (const MeasuredSpec& m : measured) {
-        const auto it = results.find(m.name);
-        if (it == results.end() || !it->second.defined()) continue;
-        const at::Tensor t = it->second.cpu();
-        out[m.name] = m.time_dim >= 0 ? to_head_last(t, c.layout) : t;
-    }
-    return out;
 }
 
 // The call with both sets of tensors: the inputs, and the cotangents for a backward pass.
@@ -238,8 +226,10 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                         LAV_ASSERT(it != results.end(), variant, " returned no ", m.name);
                         judge(c, m, it->second, gold.at(m.name), r.contract, bad_inputs, r);
                     }
-                    decide(r, options.strict_boundary && audit.boundary_mismatch,
-                           options.fail_on);
+                    if (options.decompose)
+                        for (auto& f : decompose(c, row, call, backward, measured, gold, r.metrics))
+                            r.findings.push_back(std::move(f));
+                    decide(r, options.strict_boundary && audit.boundary_mismatch, options.fail_on);
                 } catch (const InternalError&) {
                     throw;
                 } catch (const std::exception& e) {

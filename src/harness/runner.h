@@ -22,6 +22,9 @@ struct RunOptions {
     bool strict_boundary = false;
     /// finding kinds that fail a record (lav run --fail-on), dtype findings then fail, not warn
     std::set<std::string> fail_on;
+    /// rerun each row with its storage roundings kept in fp32 and add DECOMPOSITION findings
+    /// (lav run --decompose, decompose.h)
+    bool decompose = false;
     /// the backends each variant runs on, one record each: "auto" (backend.h) or a backend's
     /// name (cpu, cuda, a provider's)
     std::vector<std::string> backends = {"auto"};

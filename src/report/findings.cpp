@@ -17,7 +17,8 @@ const std::vector<std::string>& finding_kinds() {
                                                    "DRIFT",
                                                    "CHUNK_BOUNDARY",
                                                    "SEGMENT_LEAK",
-                                                   "TOLERANCE"};
+                                                   "TOLERANCE",
+                                                   "DECOMPOSITION"};
     return kinds;
 }
 

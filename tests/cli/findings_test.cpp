@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -123,6 +124,41 @@ TEST(FailureText, SaysHowManyElementsTheWorstOneAndWhereTheBoundComesFrom) {
     EXPECT_TRUE(tolerance);
     // the fact is told once: no separate metric line repeats the finding's numbers
     EXPECT_EQ(run.output.find("  tensor o "), std::string::npos) << run.output;
+}
+
+// the share of each rounding group in a DECOMPOSITION message: "<group> 86%"
+int share(const std::string& message, const std::string& group) {
+    const size_t at = message.find(group + " ");
+    return at == std::string::npos ? -1 : std::stoi(message.substr(at + group.size() + 1));
+}
+
+// the rel_rmse left when every rounding is kept in fp32: the last of the reruns
+double arithmetic_error(const std::string& message) {
+    return std::stod(message.substr(message.rfind(", ") + 2));
+}
+
+TEST(Decompose, StrongDecayChunkGateGradientsFailInTheirFp32Arithmetic) {
+    const std::string out = scratch("decompose.h5");
+    const test::Result run = lav("run tests/data/scenarios/findings/gdr_strong_decay.toml --out " +
+                                 out + " --decompose");
+    EXPECT_EQ(run.code, 1) << run.output;
+    const report::Report r = report::read_report(out);
+    ASSERT_EQ(r.cases.size(), 2u);
+    std::map<std::string, std::string> message;  // "<variant> <tensor>" -> its DECOMPOSITION
+    for (const auto& c : r.cases)
+        for (const auto& f : c.findings)
+            if (f.kind == "DECOMPOSITION") message[c.variant + " " + f.tensor] = f.message;
+    ASSERT_TRUE(message.count("chunk dA_log") && message.count("recurrent dA_log")) << run.output;
+    EXPECT_EQ(r.cases[0].variant, "chunk");
+    EXPECT_EQ(r.cases[0].verdict, "fail");
+    EXPECT_EQ(r.cases[1].verdict, "pass");
+    // all roundings kept, the chunk backward's dA_log is still far off; the recurrent one's
+    // arithmetic is exact to fp32
+    EXPECT_GT(arithmetic_error(message["chunk dA_log"]), 1e-2) << message["chunk dA_log"];
+    EXPECT_LT(arithmetic_error(message["recurrent dA_log"]), 1e-5) << message["recurrent dA_log"];
+    // the recurrent dq's error is its bf16 output rounding alone
+    EXPECT_GE(share(message["recurrent dq"], "output rounding"), 95) << message["recurrent dq"];
+    EXPECT_EQ(share(message["recurrent dq"], "stored states"), 0) << message["recurrent dq"];
 }
 
 }  // namespace
