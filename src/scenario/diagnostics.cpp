@@ -6,35 +6,64 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/printable.h"
 
 namespace lav::scenario {
 namespace {
 
 constexpr int kMaxSuggestionDistance = 2;
 
-// toml++ counts columns in code points, so the caret walks the line by UTF-8 lead bytes
+// toml++ counts columns in code points, so the quote walks the line by UTF-8 lead bytes
 bool is_continuation_byte(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
 
-// the caret line: the source's own tabs are kept so that the caret lines up under any tab width
-std::string caret_line(std::string_view line, int column, int length) {
-    std::string out;
-    int col = 1;
-    std::size_t i = 0;
-    while (i < line.size() && col < column) {
-        out += line[i] == '\t' ? '\t' : ' ';
-        ++i;
-        while (i < line.size() && is_continuation_byte(line[i])) ++i;
-        ++col;
+// code points quoted on either side of a diagnostic's column: a line of any length is quoted
+// in a window of 2 · kContext + 1, with … where it goes on
+constexpr int kContext = 60;
+constexpr char kEllipsis[] = "…";
+
+struct Quote {
+    std::string line;   ///< the window of the source line, control characters escaped
+    std::string caret;  ///< ^~~ under the span, padded with the line's own tabs
+};
+
+Quote quote_line(std::string_view line, int column, int length) {
+    std::vector<std::string_view> points;  // the line's code points
+    for (std::size_t i = 0; i < line.size();) {
+        std::size_t end = i + 1;
+        while (end < line.size() && is_continuation_byte(line[end])) ++end;
+        points.push_back(line.substr(i, end - i));
+        i = end;
     }
+    const int count = static_cast<int>(points.size());
+    // the window keeps its width near the line's ends, so a line that fits is quoted whole
+    const int width = 2 * kContext + 1;
+    const int first = count <= width ? 1 : std::clamp(column - kContext, 1, count - width + 1);
+    const int last = std::min(count, first + width - 1);
+    Quote quote;
+    if (first > 1) {
+        quote.line += kEllipsis;
+        quote.caret += ' ';
+    }
+    int underlined = 0;
+    for (int col = first; col <= last; ++col) {
+        const std::string_view point = points[col - 1];
+        // tabs stay, and the caret line repeats them, so the caret lines up at any tab width
+        const std::string shown = printable(point, Breaks::keep);
+        quote.line += shown;
+        // an escape is as wide as its text; any other code point one column
+        const int width = shown.size() == point.size() ? 1 : static_cast<int>(shown.size());
+        if (col < column) {
+            quote.caret.append(point == "\t" ? "\t" : std::string(width, ' '));
+        } else if (col < column + std::max(1, length)) {
+            underlined += width;
+        }
+    }
+    if (last < count) quote.line += kEllipsis;
     // a column past the end of the line (a missing value at end of line) still gets its caret
-    out.append(static_cast<std::size_t>(std::max(0, column - col)), ' ');
-    int remaining = 0;
-    for (std::size_t j = i; j < line.size(); ++j)
-        remaining += is_continuation_byte(line[j]) ? 0 : 1;
-    const int width = std::max(1, std::min(length, remaining));
-    out += '^';
-    out.append(static_cast<std::size_t>(width - 1), '~');
-    return out;
+    if (column > last + 1) quote.caret.append(static_cast<std::size_t>(column - last - 1), ' ');
+    quote.caret += '^';
+    quote.caret.append(static_cast<std::size_t>(std::max(0, underlined - 1)), '~');
+    return quote;
 }
 
 std::vector<std::string> split_lines(std::string_view text) {
@@ -59,9 +88,8 @@ std::string render_diagnostic(const Diagnostic& diagnostic, std::string_view sou
     if (at.known()) out += ":" + std::to_string(at.line) + ":" + std::to_string(at.column);
     out += ": error: " + diagnostic.message;
     if (at.known()) {
-        out += "\n    ";
-        out += source_line;
-        out += "\n    " + caret_line(source_line, at.column, diagnostic.span.length);
+        const Quote quote = quote_line(source_line, at.column, diagnostic.span.length);
+        out += "\n    " + quote.line + "\n    " + quote.caret;
     }
     if (!diagnostic.note.empty()) out += "\nnote: " + diagnostic.note;
     return out;

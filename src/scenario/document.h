@@ -62,8 +62,9 @@ struct Document {
     std::optional<Prologue> prologue;
 };
 
-/// Parses TOML text into a Node tree. A syntax error is recorded (the first only) and gives
-/// nullopt.
+/// Parses TOML text into a Node tree. A syntax error (the first only), or text beyond the limits
+/// of scenario.h (a line too long, tables or arrays nested too deep, an array too long), is
+/// recorded and gives nullopt.
 std::optional<Node> parse_toml(const std::string& path, std::string_view text,
                                DiagnosticList& diags);
 

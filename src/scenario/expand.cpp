@@ -181,11 +181,16 @@ class CaseBuilder {
 
     void read_identity(Case& c) {
         if (const Node* name = string_setting("name")) {
-            if (is_valid_name(name->string_value)) {
-                c.name = name->string_value;
-            } else {
+            if (!is_valid_name(name->string_value)) {
                 error(*name, "invalid name " + in_quotes(name->string_value),
                       "a name uses only letters, digits, '_', '.' and '-'");
+            } else if (name->string_value.size() > kMaxNameLength) {
+                error(*name,
+                      "a name of " + std::to_string(name->string_value.size()) +
+                          " characters, more than " + std::to_string(kMaxNameLength),
+                      "shorten it; the description may say more");
+            } else {
+                c.name = name->string_value;
             }
         }
         if (const Node* description = string_setting("description"))
@@ -196,6 +201,14 @@ class CaseBuilder {
             parts.push_back(path + "=" + c.matrix.back().second);
         }
         c.id = parts.empty() ? c.name : c.name + "[" + join(parts, ",") + "]";
+        // --filter matches ids with std::regex, whose recursion grows with the text's length
+        if (c.id.size() > kMaxCaseIdLength) {
+            const Node* matrix = root_.find("matrix");
+            error(matrix ? matrix->span : Span{{document_.path, 1, 1}, 1},
+                  "case id " + in_quotes(c.id) + " has " + std::to_string(c.id.size()) +
+                      " characters, more than " + std::to_string(kMaxCaseIdLength),
+                  "shorten the [matrix] values, or move a long one out of [matrix]");
+        }
     }
 
     /// The strings of an array setting that are in `allowed` (any string when it is null: the
@@ -654,6 +667,8 @@ uint64_t estimate_case_bytes(const Case& c) {
     //   gradients, gold, emulation, kernel); per sequence (N = B, or the cu_seqlens segments)
     //   and value head, one K×V fp64 state at each chunk boundary, up to 2·√T backward
     //   checkpoints and 4 more (initial, final, working).
+    //   + Σ numel · 8 · 2 over the [prologue.tensors]: each drawn in fp64, then rounded to its
+    //   dtype (counted as fp64 too). What the ops compute from them is not estimated.
     // long double keeps huge shapes from overflowing before the final clamp
     using Real = long double;
     // a Case built in code rather than loaded may leave HV at 0, which means H
@@ -668,7 +683,15 @@ uint64_t estimate_case_bytes(const Case& c) {
     const Real t = static_cast<Real>(std::max<int64_t>(c.T, 0));
     const Real states = std::ceil(t / chunk) + 2 * std::ceil(std::sqrt(t)) + 4;
     const Real state_bytes = value_heads * static_cast<Real>(c.K) * static_cast<Real>(c.V) * 8;
-    const Real total = tokens * per_token + sequences * state_bytes * states;
+    Real prologue_bytes = 0;
+    if (c.prologue) {
+        for (const PrologueTensor& tensor : c.prologue->tensors) {
+            Real numel = 1;
+            for (const int64_t size : tensor.shape) numel *= static_cast<Real>(size);
+            prologue_bytes += numel * 8 * 2;
+        }
+    }
+    const Real total = tokens * per_token + sequences * state_bytes * states + prologue_bytes;
     const Real most = static_cast<Real>(std::numeric_limits<uint64_t>::max());
     return total >= most ? std::numeric_limits<uint64_t>::max() : static_cast<uint64_t>(total);
 }

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "scenario/document.h"
+#include "scenario/scenario.h"
 
 namespace lav::scenario {
 namespace {
@@ -156,7 +157,7 @@ class Lexer {
                 std::size_t end = i_ + 1;
                 while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80)
                     ++end;
-                fail(i_, end, "unexpected character '" + text.substr(i_, end - i_) + "'",
+                fail(i_, end, "unexpected character " + in_quotes(text.substr(i_, end - i_)),
                      "ops are written with names, numbers, + - * /, parentheses and calls");
             }
         }
@@ -219,7 +220,7 @@ class Lexer {
             const std::size_t digits = exponent;
             while (exponent < text.size() && is_digit(text[exponent])) ++exponent;
             if (exponent == digits) {
-                fail(i_, exponent, "malformed number '" + text.substr(i_, exponent - i_) + "'",
+                fail(i_, exponent, "malformed number " + in_quotes(text.substr(i_, exponent - i_)),
                      "an exponent needs digits, as in 1e-6");
                 return;
             }
@@ -254,7 +255,7 @@ std::string describe(const Token& token) {
         case TokenKind::end:
             return "end of line";
         default:
-            return "'" + token.text + "'";
+            return in_quotes(token.text);
     }
 }
 
@@ -329,8 +330,11 @@ class Parser {
         statement.target_span = span_of(target);
         const Token& equals = take();
         if (equals.kind != TokenKind::equals)
-            fail(equals, "expected '=' after '" + target.text + "', got " + describe(equals),
+            fail(equals,
+                 "expected '=' after " + in_quotes(target.text) + ", got " + describe(equals),
                  kStatementNote);
+        check_size();
+        depth_ = 0;
         statement.value = parse_sum();
         const Token& after = peek();
         if (after.kind != TokenKind::newline && after.kind != TokenKind::end)
@@ -346,6 +350,27 @@ class Parser {
                   kStringNote);
         }
         statement.valid = line_valid_;
+    }
+
+    // a line's expression is a tree as large as the line: bounded, so that checking and running
+    // it, which walk the tree, stay within the stack
+    void check_size() {
+        std::size_t end = pos_;
+        while (tokens_[end].kind != TokenKind::newline && tokens_[end].kind != TokenKind::end)
+            ++end;
+        if (end - pos_ > kMaxExprTokens)
+            fail(tokens_[pos_ + kMaxExprTokens],
+                 "an expression of " + std::to_string(end - pos_) + " tokens, more than " +
+                     std::to_string(kMaxExprTokens),
+                 "split it over several lines, assigning its parts to names");
+    }
+
+    // the parser recurses once per parenthesis, minus sign and call
+    void enter(const Token& at) {
+        if (++depth_ > kMaxExprDepth)
+            fail(at,
+                 "an expression nested more than " + std::to_string(kMaxExprDepth) + " levels deep",
+                 "assign inner parts to names on lines of their own");
     }
 
     Expr binary(ExprKind kind, const Token& op, Expr left, Expr right, std::size_t begin) {
@@ -387,10 +412,12 @@ class Parser {
         if (peek().kind != TokenKind::minus) return parse_primary();
         const std::size_t begin = peek().begin;
         const Token& op = take();
+        enter(op);
         Expr e;
         e.kind = ExprKind::negate;
         e.span = span_of(op);
         e.operands.push_back(parse_unary());
+        --depth_;
         e.extent = extent_from(begin);
         return e;
     }
@@ -419,11 +446,13 @@ class Parser {
                 e.text = token.text;
                 break;
             case TokenKind::open: {
+                enter(token);
                 Expr inner = parse_sum();
                 const Token& close = take();
                 if (close.kind != TokenKind::close)
                     fail(close, "expected ')', got " + describe(close),
                          "to close the '(' at column " + std::to_string(e.span.at.column));
+                --depth_;
                 // parentheses only group: the inner expression keeps its own token
                 inner.extent = span_between(source_, token.begin, close.end);
                 return inner;
@@ -436,6 +465,7 @@ class Parser {
     }
 
     Expr parse_call(const Token& name) {
+        enter(name);
         const Token& open = take();
         Expr e;
         e.kind = ExprKind::call;
@@ -466,6 +496,7 @@ class Parser {
             }
         }
         e.extent = span_between(source_, name.begin, tokens_[pos_ - 1].end);
+        --depth_;
         return e;
     }
 
@@ -613,6 +644,7 @@ class Parser {
     const ProgramNames* names_;
     DiagnosticList& diags_;
     std::size_t pos_ = 0;
+    int depth_ = 0;                      ///< parentheses, minus signs and calls open at pos_
     std::vector<std::string> assigned_;  ///< targets of the lines so far, first assignment order
     bool line_valid_ = true;
 };

@@ -4,12 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/printable.h"
 #include "scenario/document.h"
 #include "scenario/expr.h"
 #include "scenario/scenario.h"
@@ -58,9 +56,22 @@ bool before(const Span& a, const Span& b) {
     return std::tie(a.at.line, a.at.column) < std::tie(b.at.line, b.at.column);
 }
 
-Node to_node(const toml::node& value, const std::string& path) {
+/// The Node tree of a parsed TOML value, or of what of it lies within the limits: a table or
+/// array nested deeper than kMaxNesting, or an array longer than kMaxArrayItems, is reported
+/// (at `outer` when toml++ knows no place for it, as for a dotted key's tables) and left out.
+Node to_node(const toml::node& value, const std::string& path, int depth, const Span& outer,
+             DiagnosticList& diags) {
     Node node;
     node.span = span_of(value.source(), path);
+    if (!node.span.at.known()) node.span = outer;
+    if ((value.is_table() || value.is_array()) && depth > kMaxNesting) {
+        diags.error(node.span,
+                    "tables and arrays nested " + std::to_string(depth) +
+                        " levels deep, more than " + std::to_string(kMaxNesting),
+                    "a scenario needs a few levels (prologue.tensors.x.shape is 4); use fewer "
+                    "dotted parts");
+        return node;
+    }
     switch (value.type()) {
         case toml::node_type::string:
             node.kind = NodeKind::string;
@@ -85,14 +96,22 @@ Node to_node(const toml::node& value, const std::string& path) {
         case toml::node_type::array:
             node.kind = NodeKind::array;
             node.type_name = "array";
+            if (value.as_array()->size() > kMaxArrayItems) {
+                diags.error(node.span,
+                            "an array of " + std::to_string(value.as_array()->size()) +
+                                " values, more than the " + std::to_string(kMaxArrayItems) +
+                                " an array may hold",
+                            "split the scenario into several files");
+                break;
+            }
             for (const toml::node& item : *value.as_array())
-                node.items.push_back(to_node(item, path));
+                node.items.push_back(to_node(item, path, depth + 1, node.span, diags));
             break;
         case toml::node_type::table:
             node.kind = NodeKind::table;
             node.type_name = "table";
             for (const auto& [key, item] : *value.as_table()) {
-                Node entry = to_node(item, path);
+                Node entry = to_node(item, path, depth + 1, node.span, diags);
                 entry.key = std::string(key.str());
                 // toml++ 3 records where each key was written; the value stands in if it did not
                 entry.key_span =
@@ -782,7 +801,14 @@ const Node* Node::find_path(std::string_view path) const {
     return node;
 }
 
-std::string in_quotes(std::string_view text) { return "'" + std::string(text) + "'"; }
+std::string in_quotes(std::string_view text) {
+    // a long value is cut short: the quoted source line shows where it is
+    constexpr std::size_t kShown = 200;
+    if (text.size() <= kShown) return "'" + printable(text) + "'";
+    std::size_t cut = kShown;
+    while (cut > 0 && is_continuation_byte(text[cut])) --cut;
+    return "'" + printable(text.substr(0, cut)) + "…'";
+}
 
 std::string type_message(std::string_view path, std::string_view expected, const Node& got) {
     return in_quotes(path) + " must be " + std::string(expected) + ", got " + got.type_name;
@@ -790,15 +816,31 @@ std::string type_message(std::string_view path, std::string_view expected, const
 
 std::optional<Node> parse_toml(const std::string& path, std::string_view text,
                                DiagnosticList& diags) {
+    int line = 1;
+    for (std::size_t start = 0; start < text.size(); ++line) {
+        const std::size_t end = std::min(text.find('\n', start), text.size());
+        if (end - start > kMaxLineBytes) {
+            diags.error({{path, line, 1}, 1},
+                        "line " + std::to_string(line) + " has " + std::to_string(end - start) +
+                            " bytes, more than the " + std::to_string(kMaxLineBytes) +
+                            " a line may have",
+                        "break it up: an array may span several lines");
+            return std::nullopt;
+        }
+        start = end + 1;
+    }
     try {
         const toml::table table = toml::parse(text, std::string_view(path));
-        Node root = to_node(table, path);
-        root.span = {{path, 1, 1}, 1};
+        const Span file_start{{path, 1, 1}, 1};
+        const std::size_t errors_before = diags.size();
+        Node root = to_node(table, path, 0, file_start, diags);
+        root.span = file_start;
+        if (diags.size() > errors_before) return std::nullopt;
         return root;
     } catch (const toml::parse_error& e) {
         const auto& begin = e.source().begin;
         diags.error({{path, static_cast<int>(begin.line), static_cast<int>(begin.column)}, 1},
-                    "invalid TOML: " + std::string(e.description()),
+                    "invalid TOML: " + printable(e.description()),
                     "scenario files are TOML 1.0 (https://toml.io/en/v1.0.0)");
         return std::nullopt;
     }
@@ -812,14 +854,7 @@ std::optional<Document> check_document(const std::string& path, std::string_view
 
 std::vector<Case> load_file(const std::string& path, const Catalog& catalog,
                             const LoadOptions& options) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec))
-        throw ScenarioError(path + ": error: is a directory, not a scenario file");
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ScenarioError(path + ": error: cannot open the scenario file");
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    const std::string text = buffer.str();
+    const std::string text = read_scenario_text(path);
 
     DiagnosticList diags(path, text);
     std::vector<Case> cases;
