@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "harness/registry.h"
+#include "report/report.h"
 #include "scenario/case.h"
 #include "scenario/scenario.h"
 
@@ -29,12 +30,17 @@ bool parse_args(const std::vector<std::string>& args, const po::options_descript
                 const po::positional_options_description& positional, const std::string& usage,
                 po::variables_map& vm);
 
-/// "8G", "512MiB", "1.5GB", "1048576" → bytes (K/M/G/T are powers of 1024).
+/// "8G", "512M", "1048576" → bytes: whole digits and an optional K, M, G or T (powers of 1024,
+/// either case), at least 1M. Throws UsageError saying the accepted form for anything else.
 uint64_t parse_memory_size(const std::string& text);
 /// Half of this machine's physical memory: the default of --max-memory.
 uint64_t default_max_memory();
 /// Bytes as "12.3 GiB".
 std::string format_bytes(uint64_t bytes);
+
+/// The report at `path`; a FIFO or a device is refused (UsageError) before anything opens it,
+/// since reading one would block or never end.
+report::Report read_report_file(const std::string& path);
 
 /// Loads every scenario file under `paths`; all files are checked before anything runs, and
 /// their diagnostics are reported together. Scenario names must be unique across the run.

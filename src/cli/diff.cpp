@@ -20,8 +20,8 @@ int cmd_diff(const std::vector<std::string>& args) {
     if (!parse_args(args, options, positional, "usage: lav diff A.h5 B.h5 [--top N]", vm)) return 0;
     LAV_CHECK_AS(UsageError, files.size() == 2, "lav diff takes two reports, got ", files.size());
 
-    const report::Report a = report::read_report(files[0]);
-    const report::Report b = report::read_report(files[1]);
+    const report::Report a = read_report_file(files[0]);
+    const report::Report b = read_report_file(files[1]);
     std::cout << "A: " << files[0] << "\nB: " << files[1] << "\n\n";
     report::print_diff(std::cout, a, b, top);
     return 0;

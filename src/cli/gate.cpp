@@ -61,7 +61,7 @@ int cmd_gate(const std::vector<std::string>& args) {
                     vm))
         return 0;
 
-    const report::Report run = report::read_report(run_file);
+    const report::Report run = read_report_file(run_file);
     if (vm["update-baseline"].as<bool>()) {
         LAV_CHECK_AS(
             UsageError, run.complete, run_file,
@@ -71,7 +71,7 @@ int cmd_gate(const std::vector<std::string>& args) {
                   << report::plural(run.cases.size(), "case") << ")\n";
         return 0;
     }
-    const report::Report baseline = report::read_report(baseline_file);
+    const report::Report baseline = read_report_file(baseline_file);
     report::GateOptions gate_options;
     gate_options.allow_missing = vm["allow-missing"].as<bool>();
     apply_overrides(slack, true, gate_options.tolerances);

@@ -1,5 +1,8 @@
 // src/cli/main.cpp — the lav executable: dispatches subcommands and alone decides exit codes.
+#include <c10/util/Exception.h>
+
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -7,6 +10,7 @@
 #include "core/build_info.h"
 #include "core/error.h"
 #include "core/heap.h"
+#include "core/printable.h"
 
 namespace {
 
@@ -39,11 +43,23 @@ int dispatch(const std::string& command, const std::vector<std::string>& args,
     throw lav::UsageError("unknown command '" + command + "'\n" + kUsage);
 }
 
-}  // namespace
+constexpr const char kMemoryNote[] =
+    "note: lower the case's sizes, or --max-memory so that lav refuses such cases before they "
+    "run";
 
-int main(int argc, char** argv) {
-    lav::keep_freed_heap();
-    const std::vector<std::string> all(argv + 1, argv + argc);
+// LibTorch's CPU allocator says how much it was asked for, in an error of its own kind or not
+bool is_out_of_memory(const c10::Error& e) {
+    return dynamic_cast<const c10::OutOfMemoryError*>(&e) ||
+           e.msg().find("you tried to allocate") != std::string::npos;
+}
+
+int internal_error(const std::exception& e) {
+    std::cerr << "lav: internal error: " << e.what() << " — please report\n";
+    return static_cast<int>(lav::ExitCode::kInternal);
+}
+
+// `lav <all...>`; the one place where errors become exit codes
+int lav_main(const std::vector<std::string>& all) {
     std::string command_line = "lav";
     for (const auto& a : all) command_line += " " + a;
 
@@ -69,8 +85,33 @@ int main(int argc, char** argv) {
     } catch (const lav::Error& e) {
         std::cerr << "lav: error: " << e.what() << "\n";
         return static_cast<int>(e.exit_code());
+    } catch (const std::bad_alloc& e) {
+        std::cerr << "lav: error: out of memory: an allocation failed (" << e.what() << ")\n"
+                  << kMemoryNote << "\n";
+        return static_cast<int>(lav::ExitCode::kEnvironment);
+    } catch (const c10::Error& e) {
+        if (!is_out_of_memory(e)) return internal_error(e);
+        std::cerr << "lav: error: out of memory: " << e.msg() << "\n" << kMemoryNote << "\n";
+        return static_cast<int>(lav::ExitCode::kEnvironment);
     } catch (const std::exception& e) {
-        std::cerr << "lav: internal error: " << e.what() << " — please report\n";
-        return static_cast<int>(lav::ExitCode::kInternal);
+        return internal_error(e);
     }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    lav::keep_freed_heap();
+    // what lav prints carries text from scenario files and reports: their control characters
+    // are shown as escapes rather than obeyed by the terminal
+    lav::PrintableBuf out(std::cout.rdbuf());
+    lav::PrintableBuf err(std::cerr.rdbuf());
+    std::streambuf* const stdout_buf = std::cout.rdbuf(&out);
+    std::streambuf* const stderr_buf = std::cerr.rdbuf(&err);
+    const int code = lav_main({argv + 1, argv + argc});
+    std::cout.flush();
+    std::cerr.flush();
+    std::cout.rdbuf(stdout_buf);
+    std::cerr.rdbuf(stderr_buf);
+    return code;
 }

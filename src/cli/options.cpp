@@ -1,17 +1,25 @@
 // src/cli/options.cpp — argument parsing, memory sizes and scenario loading shared by subcommands.
 #include <unistd.h>
 
-#include <cmath>
+#include <cctype>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <map>
-#include <regex>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/regular_file.h"
+#include "report/report.h"
 #include "scenario/scenario.h"
 
 namespace lav::cli {
+namespace {
+
+// below a mebibyte no case fits, and such a limit is more likely a slip (0.5 meant as 0.5G)
+constexpr uint64_t kMinMaxMemory = uint64_t{1} << 20;
+
+}  // namespace
 
 bool parse_args(const std::vector<std::string>& args, const po::options_description& options,
                 const po::positional_options_description& positional, const std::string& usage,
@@ -32,14 +40,30 @@ bool parse_args(const std::vector<std::string>& args, const po::options_descript
 }
 
 uint64_t parse_memory_size(const std::string& text) {
-    static const std::regex kSize(R"(([0-9]*\.?[0-9]+)\s*([KMGT]?)(i?B)?)", std::regex::icase);
-    std::smatch m;
-    LAV_CHECK_AS(UsageError, std::regex_match(text, m, kSize) && std::stod(m[1]) > 0,
-                 "bad memory size '", text,
-                 "': write a positive number with K, M, G or T, e.g. 8G");
+    const auto bad = [&](const std::string& why) {
+        return UsageError("bad --max-memory '" + text + "': " + why +
+                          "; write whole digits with an optional K, M, G or T (powers of 1024), "
+                          "at least 1M, e.g. 512M or 8G");
+    };
+    std::size_t digits = 0;
+    uint64_t value = 0;
+    for (; digits < text.size() && text[digits] >= '0' && text[digits] <= '9'; ++digits) {
+        const uint64_t digit = static_cast<uint64_t>(text[digits] - '0');
+        if (value > (std::numeric_limits<uint64_t>::max() - digit) / 10) throw bad("too large");
+        value = value * 10 + digit;
+    }
+    const std::string suffix = text.substr(digits);
     const std::string units = "KMGT";
-    const auto power = m[2].length() ? units.find(std::toupper(m[2].str()[0])) + 1 : 0;
-    return static_cast<uint64_t>(std::stod(m[1]) * std::pow(1024.0, power));
+    const std::size_t unit =
+        suffix.size() == 1
+            ? units.find(static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0]))))
+            : 0;
+    if (digits == 0 || suffix.size() > 1 || unit == std::string::npos) throw bad("not a size");
+    const int shift = suffix.empty() ? 0 : 10 * static_cast<int>(unit + 1);
+    if (value > std::numeric_limits<uint64_t>::max() >> shift) throw bad("too large");
+    const uint64_t bytes = value << shift;
+    if (bytes < kMinMaxMemory) throw bad("less than 1M");
+    return bytes;
 }
 
 uint64_t default_max_memory() {
@@ -52,6 +76,12 @@ std::string format_bytes(uint64_t bytes) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1ULL << 30));
     return buf;
+}
+
+report::Report read_report_file(const std::string& path) {
+    if (const auto kind = non_regular_kind(path))
+        throw UsageError(path + " is " + *kind + ", not a report: give the .h5 file lav run wrote");
+    return report::read_report(path);
 }
 
 std::vector<scenario::Case> load_cases(const std::vector<std::string>& paths,

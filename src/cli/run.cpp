@@ -36,6 +36,16 @@ constexpr const char kUsage[] =
 // progress lines start once a run has taken this long, so short runs stay quiet
 constexpr double kProgressAfterSeconds = 2.0;
 
+// std::regex compiles and matches by recursion that grows with the pattern's length; case ids
+// are bounded too (scenario::kMaxCaseIdLength)
+constexpr std::size_t kMaxFilterLength = 1000;
+
+// more threads than this only make LibTorch's pool slower to start (100000 never finishes)
+int max_threads() {
+    const unsigned hardware = std::thread::hardware_concurrency();
+    return hardware > 0 ? 4 * static_cast<int>(hardware) : 1024;
+}
+
 std::string cpu_name() {
     std::ifstream in("/proc/cpuinfo");
     std::string line;
@@ -163,6 +173,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     if (!parse_args(args, options, positional, kUsage, vm)) return 0;
 
     std::regex filter;
+    LAV_CHECK_AS(UsageError, filter_text.size() <= kMaxFilterLength, "--filter has ",
+                 filter_text.size(), " characters, more than ", kMaxFilterLength,
+                 ": write a shorter regex");
     if (!filter_text.empty()) {
         try {
             filter = std::regex(filter_text);
@@ -170,7 +183,11 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
             throw UsageError("bad --filter regex '" + filter_text + "': " + e.what());
         }
     }
-    if (threads > 0) at::set_num_threads(threads);
+    if (vm.count("threads")) {
+        LAV_CHECK_AS(UsageError, threads >= 1 && threads <= max_threads(), "--threads takes 1 to ",
+                     max_threads(), " (four per hardware thread of this machine), got ", threads);
+        at::set_num_threads(threads);
+    }
     harness::Registry registry;
     harness::register_all(registry);
     std::vector<std::string> provided;  // "name version ..." of each provider, for the report
@@ -220,7 +237,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         LAV_CHECK_AS(UsageError, !vm.count("out") || out == resume,
                      "--resume F writes to F itself; drop --out");
         out = resume;
-        report::Report previous = report::read_report(resume);
+        report::Report previous = read_report_file(resume);
         for (const auto& r : previous.cases) kept.insert(r.id);
         writer = std::make_unique<report::ReportWriter>(out, std::move(previous));
     } else {

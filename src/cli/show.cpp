@@ -18,7 +18,7 @@ int cmd_show(const std::vector<std::string>& args) {
     po::variables_map vm;
     if (!parse_args(args, options, positional, "usage: lav show <report.h5>", vm)) return 0;
 
-    const report::Report r = report::read_report(file);
+    const report::Report r = read_report_file(file);
     std::cout << file << ": " << r.run.command_line << "\n"
               << "lav " << r.run.lav_version << " (" << r.run.git_commit << "), LibTorch "
               << r.run.torch_version << ", " << r.run.device << ", " << r.run.started_at << "\n\n";
