@@ -1,6 +1,7 @@
 // src/cli/run.cpp — `lav run`: runs scenario cases, writes the report case by case, prints a
 // summary.
 #include <ATen/Parallel.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/isolate.h"
 #include "core/build_info.h"
 #include "core/error.h"
 #include "harness/backend.h"
@@ -107,6 +109,43 @@ std::set<std::string> parse_fail_on(const std::string& text) {
     return kinds;
 }
 
+// The records a case will have, blank: what an isolated case that dies reports as errors.
+std::vector<report::CaseRecord> expected_records(const harness::Registry& registry,
+                                                 const scenario::Case& c,
+                                                 const std::vector<std::string>& backends) {
+    std::vector<report::CaseRecord> out;
+    const Call call = harness::call_of(registry.get(c.family), c);
+    for (const auto& v : c.variants)
+        for (const auto& b : backends)
+            for (const auto& p : harness::passes_of(c))
+                out.push_back(harness::blank_record(
+                    c, v, harness::choose_row(registry, c.family, v, call, b).backend, p));
+    return out;
+}
+
+// The options an isolated case's child runs with: this run's, less where its cases come from
+// and where its report goes.
+Isolation isolation_of(const po::variables_map& vm, const std::string& backend,
+                       const std::string& max_memory, int threads, const std::string& fail_on,
+                       const std::vector<std::string>& libraries,
+                       const std::vector<std::string>& providers, const std::string& dump_dir) {
+    Isolation iso;
+    std::vector<std::string>& o = iso.options;
+    o = {"--backend", backend};
+    if (!max_memory.empty()) o.insert(o.end(), {"--max-memory", max_memory});
+    if (vm.count("threads")) o.insert(o.end(), {"--threads", std::to_string(threads)});
+    if (!fail_on.empty()) o.insert(o.end(), {"--fail-on", fail_on});
+    if (!dump_dir.empty()) o.insert(o.end(), {"--dump-intermediates", dump_dir});
+    for (const char* flag : {"long", "strict-boundary", "decompose"})
+        if (vm[flag].as<bool>()) o.push_back(std::string("--") + flag);
+    for (const auto& l : libraries) o.insert(o.end(), {"--load-library", l});
+    for (const auto& p : providers) o.insert(o.end(), {"--provider", p});
+    iso.scratch_dir =
+        (std::filesystem::temp_directory_path() / ("lav-isolate-" + std::to_string(getpid())))
+            .string();
+    return iso;
+}
+
 // Keeps the variants of `c` whose id "<case>/<variant>" matches; false when none is left.
 bool apply_filter(scenario::Case& c, const std::regex* filter) {
     if (!filter) return true;
@@ -132,6 +171,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string junit;
     std::string dump_dir;
     std::string fail_on;
+    std::string case_id;
     int threads = 0;
     options.add_options()("paths", po::value(&paths)->required(), "scenario files or folders")(
         "out,o", po::value(&out), "report to write (default reports/out/run.h5)")(
@@ -161,6 +201,11 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "rerun each kernel with the roundings its contract names kept in fp32, one group more "
         "at a time (intermediates in the input dtype, stored states, outputs), and add a "
         "DECOMPOSITION finding per tensor: each group's share of the error")(
+        "isolate", po::bool_switch(),
+        "run each case in a child process: a kernel that crashes (segfault, abort, sticky CUDA "
+        "error) becomes that case's error records, and the run goes on")(
+        "case", po::value(&case_id),
+        "run only the case with this exact id, as lav prints it without /variant/backend/pass")(
         "strict-boundary", po::bool_switch(),
         "fail a case whose prologue hands the kernel a dtype, shape or layout its contract "
         "refuses (default: report it, fix it, and measure)")(
@@ -224,10 +269,12 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
             ++skipped_long;
             continue;
         }
+        if (!case_id.empty() && c.id != case_id) continue;
         if (apply_filter(c, filter_text.empty() ? nullptr : &filter)) cases.push_back(std::move(c));
     }
     LAV_CHECK_AS(UsageError, !cases.empty(), "no case to run",
                  filter_text.empty() ? "" : " (nothing matches --filter)",
+                 case_id.empty() ? "" : " (no case has the --case id)",
                  skipped_long ? "; long cases need --long" : "");
 
     // a resumed run keeps the records it has and runs only cases with a record still missing
@@ -272,10 +319,16 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
             const std::string file = report::intermediates_file_name(dumps.front().case_id);
             report::write_intermediates((std::filesystem::path(dump_dir) / file).string(), dumps);
         };
+    Isolation isolation;
+    if (vm["isolate"].as<bool>()) {
+        isolation = isolation_of(vm, backend, max_memory, threads, fail_on, libraries,
+                                 provider_modules, dump_dir);
+        std::filesystem::create_directories(isolation.scratch_dir);
+    }
     size_t done = 0;
     for (const scenario::Case* c : todo) {
         std::string errored;  // a record of the case that ended in an error
-        harness::run_case(registry, *c, run_options, [&](report::CaseRecord r) {
+        const auto sink = [&](report::CaseRecord r) {
             if (kept.count(r.id)) return;
             if (r.verdict == "error") errored = r.id;
             ++done;
@@ -285,7 +338,12 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                 std::cerr << "[" << done << "/" << runs << "] " << r.id << "  " << r.verdict
                           << "  (" << static_cast<int>(elapsed) << " s)\n";
             writer->add(std::move(r));
-        });
+        };
+        if (!isolation.scratch_dir.empty()) {
+            run_isolated(*c, expected_records(registry, *c, requested), isolation, sink);
+            continue;
+        }
+        harness::run_case(registry, *c, run_options, sink);
         // a kernel's CUDA error can be sticky: then no later case can run, and the report keeps
         // the finished ones, marked incomplete
         if (!errored.empty() && harness::cuda_available()) {
@@ -296,6 +354,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         }
     }
     writer->finish();
+    if (!isolation.scratch_dir.empty()) std::filesystem::remove_all(isolation.scratch_dir);
 
     const report::Report& rep = writer->report();
     if (!junit.empty()) report::write_junit_run(junit, rep);

@@ -30,27 +30,6 @@ using scenario::Case;
 constexpr uint64_t kInputSalt = 0;
 constexpr uint64_t kCotangentSalt = 1;
 
-CaseRecord blank_record(const Case& c, const std::string& variant, const std::string& backend,
-                        const std::string& pass) {
-    CaseRecord r;
-    r.id = record_id(c, variant, backend, pass);
-    r.scenario_file = c.file;
-    r.scenario = c.name;
-    r.family = c.family;
-    r.variant = variant;
-    r.backend = backend;
-    r.pass = pass;
-    r.input_dtype = dtype_name(c.input_dtype);
-    r.gate_dtype = dtype_name(c.gate_dtype);
-    r.state_dtype = dtype_name(c.state_dtype);
-    r.output_dtype = dtype_name(c.output_dtype);
-    r.layout = layout_name(c.layout);
-    r.shape = shape_name(c);
-    if (!c.cu_seqlens.empty()) r.cu_seqlens = bracketed(c.cu_seqlens);
-    r.seed = c.seed;
-    return r;
-}
-
 std::vector<double> values_of(const at::Tensor& t) {
     const at::Tensor d = t.to(at::kDouble).contiguous();
     return {d.data_ptr<double>(), d.data_ptr<double>() + d.numel()};
@@ -114,6 +93,27 @@ std::vector<report::TraceRow> declared_rows(const CaseRecord& r) {
 }
 
 }  // namespace
+
+CaseRecord blank_record(const Case& c, const std::string& variant, const std::string& backend,
+                        const std::string& pass) {
+    CaseRecord r;
+    r.id = record_id(c, variant, backend, pass);
+    r.scenario_file = c.file;
+    r.scenario = c.name;
+    r.family = c.family;
+    r.variant = variant;
+    r.backend = backend;
+    r.pass = pass;
+    r.input_dtype = dtype_name(c.input_dtype);
+    r.gate_dtype = dtype_name(c.gate_dtype);
+    r.state_dtype = dtype_name(c.state_dtype);
+    r.output_dtype = dtype_name(c.output_dtype);
+    r.layout = layout_name(c.layout);
+    r.shape = shape_name(c);
+    if (!c.cu_seqlens.empty()) r.cu_seqlens = bracketed(c.cu_seqlens);
+    r.seed = c.seed;
+    return r;
+}
 
 std::string record_id(const Case& c, const std::string& variant, const std::string& backend,
                       const std::string& pass) {

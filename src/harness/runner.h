@@ -46,6 +46,11 @@ void run_case(const Registry& registry, const scenario::Case& c, const RunOption
 std::string record_id(const scenario::Case& c, const std::string& variant,
                       const std::string& backend, const std::string& pass);
 
+/// A record of `c` with its identity (id, scenario, family, variant, backend, pass, dtypes,
+/// layout, shape, seed) filled in and nothing measured.
+report::CaseRecord blank_record(const scenario::Case& c, const std::string& variant,
+                                const std::string& backend, const std::string& pass);
+
 /// The passes a case asks for, in run order: "fwd", "bwd".
 std::vector<std::string> passes_of(const scenario::Case& c);
 

@@ -116,8 +116,8 @@ void print_summary_table(std::ostream& out, const Report& report) {
         }
     }
     out << plural(report.cases.size(), "case") << ": " << passed << " passed, " << warned
-        << " warned, " << failed << " failed, " << plural(errors, "error") << (report.complete ? "" : " (incomplete run)")
-        << '\n';
+        << " warned, " << failed << " failed, " << plural(errors, "error")
+        << (report.complete ? "" : " (incomplete run)") << '\n';
 }
 
 void print_case_failure(std::ostream& out, const CaseRecord& record) {
@@ -126,14 +126,15 @@ void print_case_failure(std::ostream& out, const CaseRecord& record) {
     out << "  " << record.input_dtype << " in / " << record.state_dtype << " state / "
         << record.layout << '\n';
     // each fact once: a failing measure is told by its finding, which carries its numbers
-    if (record.verdict == "error" || record.findings.empty())
-        print_indented(out, record.message);
+    if (record.verdict == "error" || record.findings.empty()) print_indented(out, record.message);
     print_findings(out, record);
 }
 
 void print_case_details(std::ostream& out, const Report& report) {
     const auto same_findings = [](const CaseRecord& a, const CaseRecord& b) {
-        if (a.verdict != b.verdict || a.findings.size() != b.findings.size()) return false;
+        if (a.verdict != b.verdict || a.message != b.message ||
+            a.findings.size() != b.findings.size())
+            return false;
         for (size_t i = 0; i < a.findings.size(); ++i)
             if (a.findings[i].kind != b.findings[i].kind ||
                 a.findings[i].tensor != b.findings[i].tensor ||
@@ -145,11 +146,11 @@ void print_case_details(std::ostream& out, const Report& report) {
     for (size_t i = 0; i < cases.size();) {
         const CaseRecord& first = cases[i++];
         if (first.verdict == "pass" && first.findings.empty()) continue;
-        // the records of one case that say the same (its prologue's findings) are told once
+        // the records of one case that say the same (its prologue's findings, the end of its
+        // isolated process) are told once
         std::vector<std::string> alike;
         const std::string stem = case_of(first.id);
-        while (first.verdict != "error" && i < cases.size() && case_of(cases[i].id) == stem &&
-               same_findings(first, cases[i]))
+        while (i < cases.size() && case_of(cases[i].id) == stem && same_findings(first, cases[i]))
             alike.push_back(cases[i++].id.substr(stem.size() + 1));
         out << '\n';
         print_case_failure(out, first);

@@ -34,7 +34,8 @@ void print_summary_table(std::ostream& out, const Report& report);
 void print_case_failure(std::ostream& out, const CaseRecord& record);
 
 /// print_case_failure for each record that is not a pass without findings, after a blank line;
-/// the records of one case with the same verdict and findings (a prologue's) are told once.
+/// the records of one case with the same verdict, message and findings (a prologue's, an
+/// isolated case's crash) are told once.
 void print_case_details(std::ostream& out, const Report& report);
 
 /// The findings of a case, one line each, with the dtype history of the tensor on a second line

@@ -55,6 +55,45 @@ TEST(OpLibrary, RowsRunBesideLavsOwnAndAreJudgedAlike) {
     EXPECT_EQ(contract, 2);
 }
 
+// A kernel that crashes the process costs its own case under --isolate: its records are errors
+// naming the signal, every other record is measured, and the report is complete.
+TEST(Isolate, ACrashingKernelCostsItsCase) {
+    const std::string out = scratch("isolate.h5");
+    const Result run = lav("run " + kScenarios + " --load-library " + LAV_TEST_OPS +
+                           " --backend cpu,lavcrash --isolate --out " + out);
+    EXPECT_EQ(run.code, 1) << run.output;
+    const report::Report rep = report::read_report(out);
+    ASSERT_TRUE(rep.complete);
+    int crashed = 0;
+    for (const report::CaseRecord& r : rep.cases) {
+        if (r.cu_seqlens.empty()) {
+            EXPECT_EQ(r.verdict, "pass") << r.id << ": " << r.message;
+            continue;
+        }
+        // the varlen case's process went down: its cpu records with it
+        ++crashed;
+        EXPECT_EQ(r.verdict, "error") << r.id;
+        EXPECT_NE(r.message.find("was killed by signal"), std::string::npos) << r.message;
+        EXPECT_TRUE(r.message.find("Segmentation fault") != std::string::npos ||
+                    r.message.find("Aborted") != std::string::npos)
+            << r.message;
+    }
+    // 5 cases (4 dense, 1 varlen) x 2 variants x 2 passes x 2 backends: none missing
+    EXPECT_EQ(rep.cases.size(), 40u);
+    EXPECT_EQ(crashed, 8);
+
+    // without the crashing backend each isolated case runs to its measures, as in-process
+    const std::string ok = scratch("isolate_ok.h5");
+    const Result fine = lav("run " + kScenarios + " --isolate --out " + ok);
+    EXPECT_EQ(fine.code, 0) << fine.output;
+    const report::Report good = report::read_report(ok);
+    EXPECT_EQ(good.cases.size(), 20u);
+    for (const report::CaseRecord& r : good.cases) {
+        EXPECT_EQ(r.verdict, "pass") << r.id << ": " << r.message;
+        EXPECT_FALSE(r.metrics.empty()) << r.id;
+    }
+}
+
 // A provider's backend exists only once its library is loaded.
 TEST(OpLibrary, BackendNeedsItsLibrary) {
     const Result list = lav(std::string("list --format json"));

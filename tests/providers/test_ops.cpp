@@ -1,9 +1,12 @@
 // tests/providers/test_ops.cpp — a small PyTorch op library for the provider tests: simple_gla's
 // recurrence in plain ATen (autograd comes from the ops it is made of), registered as
-// lavtest::recurrent_simple_gla and lavtest::chunk_simple_gla, and lavbad's two faulty ones.
+// lavtest::recurrent_simple_gla and lavtest::chunk_simple_gla, lavbad's two faulty ones and
+// lavcrash's two that crash on a varlen batch.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <stdexcept>
 #include <tuple>
 
@@ -67,6 +70,22 @@ std::tuple<at::Tensor, at::Tensor> refuses(const at::Tensor&, const at::Tensor&,
     throw std::runtime_error("lavbad chunk_simple_gla: no kernel for these inputs");
 }
 
+// lavcrash: kernels that take the process down on a varlen batch, as a buggy extension can,
+// and compute the recurrence otherwise (--isolate's test)
+template <int Signal>
+std::tuple<at::Tensor, at::Tensor> crashes_on_varlen(const at::Tensor& q, const at::Tensor& k,
+                                                     const at::Tensor& v, const OptTensor& g,
+                                                     const OptTensor& g_gamma, const OptTensor& h0,
+                                                     double scale, bool head_first,
+                                                     const OptTensor& cu_seqlens,
+                                                     c10::ScalarType state_dtype) {
+    if (cu_seqlens) {
+        std::raise(Signal);
+        std::abort();
+    }
+    return recurrence(q, k, v, g, g_gamma, h0, scale, head_first, cu_seqlens, state_dtype);
+}
+
 constexpr const char* kSchema =
     "(Tensor q, Tensor k, Tensor v, Tensor? g=None, Tensor? g_gamma=None, "
     "Tensor? initial_state=None, *, float scale, bool head_first=False, "
@@ -78,6 +97,11 @@ constexpr const char* kSchema =
 TORCH_LIBRARY(lavtest, m) {
     m.def(("recurrent_simple_gla" + std::string(kSchema)).c_str(), &recurrence);
     m.def(("chunk_simple_gla" + std::string(kSchema)).c_str(), &recurrence);
+}
+
+TORCH_LIBRARY(lavcrash, m) {
+    m.def(("recurrent_simple_gla" + std::string(kSchema)).c_str(), &crashes_on_varlen<SIGABRT>);
+    m.def(("chunk_simple_gla" + std::string(kSchema)).c_str(), &crashes_on_varlen<SIGSEGV>);
 }
 
 TORCH_LIBRARY(lavbad, m) {
