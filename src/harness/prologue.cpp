@@ -275,16 +275,40 @@ class Executor {
                 case Function::transpose:
                     return at::transpose(t(0), whole(args[1].number, "dim0"),
                                          whole(args[2].number, "dim1"));
+                case Function::elu:
+                    return at::elu(t(0), given(1) ? args[1].number : at::Scalar(1.0));
+                case Function::log:
+                    return at::log(t(0));
+                case Function::rsqrt:
+                    return at::rsqrt(t(0));
+                case Function::clamp:
+                    return at::clamp(t(0), args[1].number, args[2].number);
+                case Function::sum:
+                    return at::sum(t(0), {whole(args[1].number, "dim")});
+                case Function::mean:
+                    return at::mean(t(0), {whole(args[1].number, "dim")});
+                case Function::cat:
+                    return at::cat({t(0), t(1)}, whole(args[2].number, "dim"));
+                case Function::stack:
+                    return at::stack({t(0), t(1)}, whole(args[2].number, "dim"));
+                case Function::where:
+                    // a condition is any tensor, true where it is non-zero
+                    return at::where(t(0).ne(0), t(1), t(2));
+                case Function::einsum: {
+                    std::vector<at::Tensor> operands = {t(1)};
+                    if (given(2)) operands.push_back(t(2));
+                    return at::einsum(e.operands[0].text, operands);
+                }
             }
             LAV_ASSERT(false, "function missing from the executor");
             return {};
         });
     }
 
-    // a dim argument must be an integer, as torch.transpose's are
+    // a dim argument must be an integer, as torch's are
     static int64_t whole(const at::Scalar& number, const char* what) {
         if (!number.isIntegral(false))
-            throw OpFailure(std::string("transpose takes whole dims, got ") + what + " = " +
+            throw OpFailure(std::string("dims are whole numbers, got ") + what + " = " +
                             std::to_string(number.toDouble()));
         return number.toLong();
     }

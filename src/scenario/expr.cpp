@@ -14,7 +14,7 @@
 namespace lav::scenario {
 namespace {
 
-enum class ArgKind { tensor, number, dtype };
+enum class ArgKind { tensor, number, dtype, equation };
 
 struct Param {
     std::string_view name;
@@ -59,6 +59,19 @@ const std::vector<FunctionInfo>& function_table() {
          "transpose",
          {{"x", kTensor}, {"dim0", kNumber}, {"dim1", kNumber}},
          3},
+        {Function::elu, "elu", {{"x", kTensor}, {"alpha", kNumber}}, 1},
+        {Function::log, "log", {{"x", kTensor}}, 1},
+        {Function::rsqrt, "rsqrt", {{"x", kTensor}}, 1},
+        {Function::clamp, "clamp", {{"x", kTensor}, {"min", kNumber}, {"max", kNumber}}, 3},
+        {Function::sum, "sum", {{"x", kTensor}, {"dim", kNumber}}, 2},
+        {Function::mean, "mean", {{"x", kTensor}, {"dim", kNumber}}, 2},
+        {Function::cat, "cat", {{"a", kTensor}, {"b", kTensor}, {"dim", kNumber}}, 3},
+        {Function::stack, "stack", {{"a", kTensor}, {"b", kTensor}, {"dim", kNumber}}, 3},
+        {Function::where, "where", {{"cond", kTensor}, {"a", kTensor}, {"b", kTensor}}, 3},
+        {Function::einsum,
+         "einsum",
+         {{"equation", ArgKind::equation}, {"a", kTensor}, {"b", kTensor}},
+         2},
     };
     return table;
 }
@@ -260,7 +273,8 @@ std::string describe(const Token& token) {
 }
 
 constexpr char kStatementNote[] = "each line of ops is one assignment: name = expression";
-constexpr char kStringNote[] = "a string names a dtype, as in to(x, \"bf16\")";
+constexpr char kStringNote[] =
+    "a string names a dtype, as in to(x, \"bf16\"), or is einsum's equation";
 
 /// Parses one line at a time; an error abandons the rest of its line (Failed), while errors of
 /// meaning (functions, arities, kinds, names) are recorded and parsing goes on.
@@ -572,6 +586,13 @@ class Parser {
                                       in_quotes(info->name) + " (" + std::string(param.name) + ")";
             if (param.kind == ArgKind::dtype) {
                 check_dtype_argument(arg, which, *info);
+                continue;
+            }
+            if (param.kind == ArgKind::equation) {
+                if (arg.kind != ExprKind::string)
+                    error(arg.extent,
+                          which + " must be an einsum equation such as \"bhtk,bhsk->bhts\"",
+                          signature(*info));
                 continue;
             }
             const Kind kind = check(arg);

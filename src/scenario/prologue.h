@@ -91,6 +91,16 @@ enum class Function {
     to,
     rotary,
     transpose,
+    elu,
+    log,
+    rsqrt,
+    clamp,
+    sum,
+    mean,
+    cat,
+    stack,
+    where,
+    einsum,
 };
 
 /// One node of an expression, with where it was written.

@@ -350,6 +350,62 @@ TEST(PrologueRun, EveryFunctionComputesItsFormula) {
     }
 }
 
+TEST(PrologueRun, ModelCodeFunctionsComputeTheirFormulas) {
+    const at::Tensor x = randn({2, 3, 8}, at::kDouble, 41);
+    const at::Tensor a = randn({2, 3, 8}, at::kDouble, 42);
+    const at::Tensor w = randn({8, 4}, at::kDouble, 43);
+    const TensorMap out =
+        run("elu_ = elu(x)\n"
+            "elu_half = elu(x, 0.5)\n"
+            "log_ = log(exp(x))\n"
+            "rsqrt_ = rsqrt(exp(x))\n"
+            "clamp_ = clamp(x, -0.5, 0.5)\n"
+            "sum_ = sum(x, -1)\n"
+            "mean_ = mean(x, 1)\n"
+            "cat_ = cat(x, a, 1)\n"
+            "stack_ = stack(x, a, 0)\n"
+            "where_ = where(x - a, x, a)\n"
+            "einsum_ = einsum(\"btk,kv->btv\", x, w)\n"
+            "einsum_one = einsum(\"btk->bkt\", x)",
+            {{"x", x}, {"a", a}, {"w", w}});
+    const at::Tensor neg = x < 0;
+    const std::pair<const char*, at::Tensor> expected[] = {
+        {"elu_", at::where(neg, at::exp(x) - 1, x)},
+        {"elu_half", at::where(neg, 0.5 * (at::exp(x) - 1), x)},
+        {"log_", x},
+        {"rsqrt_", at::exp(-0.5 * x)},
+        {"clamp_", at::minimum(at::maximum(x, at::full_like(x, -0.5)), at::full_like(x, 0.5))},
+        {"sum_", x.sum(-1)},
+        {"mean_", x.sum(1) / 3},
+        {"cat_", at::cat({x, a}, 1)},
+        {"stack_", at::stack({x, a}, 0)},
+        {"where_", at::where(x != a, x, a)},
+        {"einsum_", (x.unsqueeze(-1) * w).sum(-2)},
+        {"einsum_one", x.transpose(1, 2)},
+    };
+    for (const auto& [name, value] : expected) {
+        const at::Tensor& got = out.at(name);
+        EXPECT_EQ(got.sizes(), value.sizes()) << name;
+        EXPECT_TRUE(at::allclose(got, value, 1e-10, 1e-10)) << name;
+    }
+}
+
+TEST(PrologueRun, ModelCodeFunctionsFollowLibTorchsDtypeRules) {
+    const at::Tensor h = randn({2, 4}, at::kHalf, 44);
+    const at::Tensor f = randn({2, 4}, at::kFloat, 45);
+    const TensorMap out =
+        run("cat_ = cat(h, f, 0)\n"
+            "where_ = where(f, h, f)\n"
+            "einsum_ = einsum(\"ij->j\", h)\n"
+            "sum_ = sum(h, 0)",
+            {{"h", h}, {"f", f}});
+    // cat and where promote to the wider dtype, as torch.cat and torch.where do
+    EXPECT_EQ(out.at("cat_").scalar_type(), at::kFloat);
+    EXPECT_EQ(out.at("where_").scalar_type(), at::kFloat);
+    EXPECT_EQ(out.at("einsum_").scalar_type(), at::kHalf);
+    EXPECT_EQ(out.at("sum_").scalar_type(), at::kHalf);
+}
+
 TEST(PrologueRun, TransposeIsAViewWithSwappedStrides) {
     const at::Tensor x = randn({2, 3, 4, 5}, at::kHalf, 39);
     const TensorMap out = run("y = transpose(x, 1, 2)\nz = transpose(x, -1, -2)", {{"x", x}});
@@ -362,7 +418,7 @@ TEST(PrologueRun, TransposeIsAViewWithSwappedStrides) {
         split_lines(run_error("y = transpose(x, 1.5, 2)", {{"x", x}}));
     ASSERT_GE(lines.size(), 4u);
     EXPECT_EQ(lines[0], "ops.txt:1:5: error: 'transpose' failed in the assignment to 'y'");
-    EXPECT_EQ(lines[3], "note: transpose takes whole dims, got dim0 = 1.500000");
+    EXPECT_EQ(lines[3], "note: dims are whole numbers, got dim0 = 1.500000");
 }
 
 TEST(PrologueRun, RmsNormDefaultEpsIsTheDtypes) {

@@ -130,6 +130,18 @@ TEST(OpsParser, ResolvesEveryFunction) {
         {"to(x, \"bf16\")", Function::to},
         {"rotary(x, freqs)", Function::rotary},
         {"transpose(x, 1, 2)", Function::transpose},
+        {"elu(x)", Function::elu},
+        {"elu(x, 0.5)", Function::elu},
+        {"log(x)", Function::log},
+        {"rsqrt(x)", Function::rsqrt},
+        {"clamp(x, -1, 1)", Function::clamp},
+        {"sum(x, -1)", Function::sum},
+        {"mean(x, 1)", Function::mean},
+        {"cat(a, b, 0)", Function::cat},
+        {"stack(a, b, 0)", Function::stack},
+        {"where(c, a, b)", Function::where},
+        {"einsum(\"ij,jk->ik\", a, b)", Function::einsum},
+        {"einsum(\"ij->ji\", a)", Function::einsum},
     };
     std::set<std::string> seen;
     for (const auto& [call, function] : calls) {
@@ -192,7 +204,8 @@ const BadOps kBadOps[] = {
      "did you mean 'normalize'?"},
     {"UnknownFunctionFarOff", "k = frobnicate(q)", 1, 5, 10, "unknown function 'frobnicate'",
      "expected one of: addcmul, matmul, linear, normalize, l2norm, rms_norm, layer_norm, exp, "
-     "sigmoid, logsigmoid, softplus, silu, softmax, to, rotary, transpose"},
+     "sigmoid, logsigmoid, softplus, silu, softmax, to, rotary, transpose, elu, log, rsqrt, "
+     "clamp, sum, mean, cat, stack, where, einsum"},
     {"TooFewArguments", "k = addcmul(k, a)", 1, 5, 7, "'addcmul' takes 3 or 4 arguments, got 2",
      "addcmul(x, a, b[, value])"},
     {"TooManyArguments", "q = exp(q, k)", 1, 5, 3, "'exp' takes 1 argument, got 2", "exp(x)"},
@@ -224,7 +237,7 @@ const BadOps kBadOps[] = {
     {"NumberAssigned", "k = 2 * (0.5)", 1, 5, 9, "'k' is assigned a number, not a tensor",
      "use the number where it is needed, as in k = k * 0.5"},
     {"StringInArithmetic", "k = q * 'x'", 1, 9, 3, "unexpected string 'x'",
-     "a string names a dtype, as in to(x, \"bf16\")"},
+     "a string names a dtype, as in to(x, \"bf16\"), or is einsum's equation"},
     {"UnexpectedCharacter", "k = q $ 2", 1, 7, 1, "unexpected character '$'",
      "ops are written with names, numbers, + - * /, parentheses and calls"},
     {"UnterminatedString", "k = to(q, \"bf16)", 1, 11, 6, "unterminated string",
