@@ -26,6 +26,7 @@
 #include "report/console.h"
 #include "report/intermediates.h"
 #include "report/junit.h"
+#include "report/output.h"
 #include "report/report.h"
 
 namespace lav::cli {
@@ -233,6 +234,14 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                      max_threads(), " (four per hardware thread of this machine), got ", threads);
         at::set_num_threads(threads);
     }
+    LAV_CHECK_AS(UsageError, resume.empty() || !vm.count("out") || out == resume,
+                 "--resume F writes to F itself; drop --out");
+    if (!resume.empty()) out = resume;
+    // one run writes a report at a time, and a device or FIFO is never replaced by one
+    const report::OutputLock lock(out);
+    for (const auto& stale : report::stale_temporaries(out))
+        std::cerr << "lav: warning: " << stale
+                  << " was left by a lav that was killed while writing this report; remove it\n";
     harness::Registry registry;
     harness::register_all(registry);
     std::vector<std::string> provided;  // "name version ..." of each provider, for the report
@@ -281,9 +290,6 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::set<std::string> kept;
     std::unique_ptr<report::ReportWriter> writer;
     if (!resume.empty()) {
-        LAV_CHECK_AS(UsageError, !vm.count("out") || out == resume,
-                     "--resume F writes to F itself; drop --out");
-        out = resume;
         report::Report previous = read_report_file(resume);
         for (const auto& r : previous.cases) kept.insert(r.id);
         writer = std::make_unique<report::ReportWriter>(out, std::move(previous));

@@ -26,6 +26,19 @@ std::string sci(double x) {
     return buf;
 }
 
+/// NaN or Inf in a tensor the baseline has no row for: nothing to compare it with, and never
+/// good. `why` says which kind of new.
+void check_new_tensor(const std::string& case_id, const MetricRow& row, const GateOptions& options,
+                      const char* why, GateResult& result) {
+    for (const auto& [measure, tol] : options.tolerances) {
+        const double now = measure_of(row, measure);
+        const bool bad = measure == "nonfinite" ? now > 0 : !std::isfinite(now);
+        if (bad)
+            result.regressions.push_back(
+                {case_id, row.tensor, measure, 0, now, std::string(why) + ": " + sci(now)});
+    }
+}
+
 void compare_case(const CaseRecord& run, const CaseRecord& base, const GateOptions& options,
                   GateResult& result) {
     if (base.verdict == "pass" && run.verdict != "pass")
@@ -44,11 +57,26 @@ void compare_case(const CaseRecord& run, const CaseRecord& base, const GateOptio
             const double now = measure_of(*r, measure);
             // NaN never compares greater, so a measure that became NaN is caught explicitly
             const bool became_nan = std::isnan(now) && !std::isnan(was);
+            if (!std::isfinite(was)) {
+                // only with --allow-nonfinite-baseline: no bound to exceed, but a finite value
+                // is a kernel fixed
+                if (became_nan)
+                    result.regressions.push_back({run.id, b.tensor, measure, was, now, ""});
+                else if (std::isfinite(now))
+                    result.improvements.push_back({run.id, b.tensor, measure, was, now, ""});
+                continue;
+            }
             if (became_nan || (now > tol.floor && now > was * (1.0 + tol.slack)))
                 result.regressions.push_back({run.id, b.tensor, measure, was, now, ""});
             else if (was > tol.floor && now < was / (1.0 + tol.slack))
                 result.improvements.push_back({run.id, b.tensor, measure, was, now, ""});
         }
+    }
+    for (const auto& r : run.metrics) {
+        bool known = false;
+        for (const auto& b : base.metrics) known = known || b.tensor == r.tensor;
+        if (!known)
+            check_new_tensor(run.id, r, options, "a new tensor, not in the baseline", result);
     }
 }
 
@@ -97,8 +125,12 @@ GateResult gate(const Report& run, const Report& baseline, const GateOptions& op
         ++result.compared;
         compare_case(*it->second, *base, options, result);
     }
-    for (const auto& [id, r] : runs)
-        if (!bases.count(id)) result.missing_in_baseline.push_back(id);
+    for (const auto& [id, r] : runs) {
+        if (bases.count(id)) continue;
+        result.missing_in_baseline.push_back(id);
+        for (const auto& row : r->metrics)
+            check_new_tensor(id, row, options, "a new case, not in the baseline", result);
+    }
     return result;
 }
 

@@ -4,9 +4,13 @@
 // Cases are matched by their id ("<scenario>[<matrix>]/<variant>/<backend>/<pass>"), tensors by
 // name. A measure regresses when it exceeds both its floor and baseline × (1 + slack); the floor
 // keeps noise-level values (an fp32 kernel at 1e-7) from ever counting. A case whose verdict
-// went from pass to anything else regresses too.
+// went from pass to anything else regresses too, and so does NaN or Inf in a tensor the
+// baseline does not have. Neither report is trusted: check_gate_input refuses what the
+// comparison cannot stand on.
 //
-//   GateResult g = gate(read_report("run.h5"), read_report("base.h5"), GateOptions{});
+//   check_gate_input(run, "run.h5", false, options);
+//   check_gate_input(base, "base.h5", true, options);
+//   GateResult g = gate(run, base, options);
 //   print_gate(std::cout, g);
 //   return g.passed(options) ? 0 : 1;
 #pragma once
@@ -33,7 +37,16 @@ std::map<std::string, Tolerance> default_tolerances();
 struct GateOptions {
     std::map<std::string, Tolerance> tolerances = default_tolerances();
     bool allow_missing = false;
+    bool allow_incomplete = false;          ///< take a run or baseline that did not finish
+    bool allow_nonfinite_baseline = false;  ///< take NaN or Inf measures in the baseline
 };
+
+/// Refuses (ReportError, exit 2, naming `file` and the case) a report the gate cannot stand on:
+/// an id twice (which copy counts?), a negative measure (none is), `complete = 0` unless
+/// allow_incomplete; in a `baseline`, NaN or Inf in a measure too, unless
+/// allow_nonfinite_baseline, since no run can exceed such a value.
+void check_gate_input(const Report& report, const std::string& file, bool baseline,
+                      const GateOptions& options);
 
 /// One measure of one tensor that moved past its tolerance (either way).
 struct GateChange {

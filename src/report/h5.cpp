@@ -7,6 +7,8 @@
 #include <system_error>
 #include <type_traits>
 
+#include "report/output.h"
+
 namespace lav::report::h5 {
 namespace {
 
@@ -58,8 +60,14 @@ void require_single_value(const Object& object, hid_t attribute, const std::stri
 void write_scalar(const Object& object, const std::string& name, hid_t file_type, hid_t memory_type,
                   const void* value) {
     const std::string desc = attribute_desc(object, name);
-    if (check(H5Aexists(object.id(), name.c_str()), object, "look up", desc) > 0)
-        check(H5Adelete(object.id(), name.c_str()), object, "replace", desc);
+    if (check(H5Aexists(object.id(), name.c_str()), object, "look up", desc) > 0) {
+        // written over in place: deleting and creating again would leave the old one's space
+        // unused in the file each time a report updates its case count
+        Handle attribute(
+            check(H5Aopen(object.id(), name.c_str(), H5P_DEFAULT), object, "open", desc), H5Aclose);
+        check(H5Awrite(attribute.get(), memory_type, value), object, "write", desc);
+        return;
+    }
     Handle space(check(H5Screate(H5S_SCALAR), object, "write", desc), H5Sclose);
     Handle attribute(check(H5Acreate2(object.id(), name.c_str(), file_type, space.get(),
                                       H5P_DEFAULT, H5P_DEFAULT),
@@ -300,15 +308,28 @@ std::vector<std::string> Group::link_names() const {
 
 File File::create(const std::string& path) {
     silence_error_printing();
-    const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    // HDF5 would hold an exclusive flock on the file while it is open here, and a reader of a
+    // report a running lav has put in place (still open to catch up later) would be refused;
+    // one writer per report is OutputLock's job
+    Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    if (access.get() >= 0) H5Pset_file_locking(access.get(), false, true);
+    const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get());
     File out(Handle(file, H5Fclose), path, ExitCode::kEnvironment);
     if (file < 0) out.fail("create the file", "");
     return out;
 }
 
+void File::flush() const {
+    if (H5Fflush(id(), H5F_SCOPE_LOCAL) < 0) fail("write the file", "");
+}
+
 File File::open_read_only(const std::string& path) {
     silence_error_printing();
-    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    // as File::create: HDF5 refuses to open a file twice in one process with locking set
+    // differently, and lav reads reports its own ReportWriter holds open
+    Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    if (access.get() >= 0) H5Pset_file_locking(access.get(), false, true);
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get());
     File out(Handle(file, H5Fclose), path, ExitCode::kUsage);
     if (file < 0) out.fail("open the file", "");
     return out;
@@ -320,27 +341,23 @@ void File::close() {
 
 void write_file_atomically(const std::string& path, const std::string& what,
                            const std::function<void(const std::string&)>& write) {
-    const std::string temporary = path + ".tmp";
+    check_output_path(path);
     const std::string note =
         "\nnote: " + what + "s go to a folder lav can create and write, with room";
-    std::error_code ignored;
     try {
         const std::filesystem::path folder = std::filesystem::path(path).parent_path();
         if (!folder.empty()) std::filesystem::create_directories(folder);
-        write(temporary);
+        TemporaryFile temporary(temporary_name(path, "tmp"));
+        write(temporary.path());
         // rename replaces the target in one step: readers see the old file or the new one
-        std::filesystem::rename(temporary, path);
+        std::filesystem::rename(temporary.path(), path);
+        temporary.release();
     } catch (const std::filesystem::filesystem_error& e) {
-        std::filesystem::remove(temporary, ignored);
         throw ReportError(path + ": error: cannot write the " + what + ": " + e.code().message() +
                               " (" + e.path1().string() + ")" + note,
                           ExitCode::kEnvironment);
     } catch (const ReportError& e) {
-        std::filesystem::remove(temporary, ignored);
         throw ReportError(e.what() + note, ExitCode::kEnvironment);
-    } catch (...) {
-        std::filesystem::remove(temporary, ignored);
-        throw;
     }
 }
 
@@ -478,14 +495,16 @@ std::vector<double> read_array(const Dataset& dataset) {
     return values;
 }
 
-Dataset write_table(const Group& parent, const std::string& name, const Table& table) {
-    const std::string path = parent.child_path(name);
+namespace {
+
+/// The rows of `table` laid out as `row_type` says, for H5Dwrite; strings are pointers into the
+/// table, which must outlive the buffer.
+std::vector<unsigned char> pack_rows(const Table& table, const Compound& row_type,
+                                     const std::string& path) {
     const size_t rows = row_count(table);
     for (const auto& c : table)
         LAV_ASSERT(std::visit([](const auto& v) { return v.size(); }, c.values) == rows, "column ",
                    c.name, " of ", path, " has a different number of rows");
-    Compound row_type = make_compound(parent, path, table);
-
     std::vector<unsigned char> buffer(rows * row_type.row_size);
     for (size_t i = 0; i < table.size(); ++i) {
         unsigned char* at = buffer.data() + row_type.offsets[i];
@@ -504,18 +523,62 @@ Dataset write_table(const Group& parent, const std::string& name, const Table& t
             },
             table[i].values);
     }
+    return buffer;
+}
 
-    const hsize_t dims = rows;
+}  // namespace
+
+Dataset write_table(const Group& parent, const std::string& name, const Table& table) {
+    const std::string path = parent.child_path(name);
+    const Compound row_type = make_compound(parent, path, table);
+    const std::vector<unsigned char> buffer = pack_rows(table, row_type, path);
+    const hsize_t dims = row_count(table);
     Handle space(check(H5Screate_simple(1, &dims, nullptr), parent, "create dataset", path),
                  H5Sclose);
     const hid_t dataset = H5Dcreate2(parent.id(), name.c_str(), row_type.file.get(), space.get(),
                                      H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     Dataset out(Handle(check(dataset, parent, "create dataset", path), H5Dclose), parent, path);
-    if (rows > 0)
+    if (dims > 0)
         check(H5Dwrite(out.id(), row_type.memory.get(), H5S_ALL, H5S_ALL,
                        table_transfer(out, path).get(), buffer.data()),
               out, "write dataset", path);
     return out;
+}
+
+Dataset create_growing_table(const Group& parent, const std::string& name, const Table& like,
+                             size_t chunk_rows) {
+    const std::string path = parent.child_path(name);
+    const Compound row_type = make_compound(parent, path, like);
+    const hsize_t dims = 0;
+    const hsize_t max_dims = H5S_UNLIMITED;
+    const hsize_t chunk = chunk_rows;
+    Handle space(check(H5Screate_simple(1, &dims, &max_dims), parent, "create dataset", path),
+                 H5Sclose);
+    Handle properties(check(H5Pcreate(H5P_DATASET_CREATE), parent, "create dataset", path),
+                      H5Pclose);
+    check(H5Pset_chunk(properties.get(), 1, &chunk), parent, "create dataset", path);
+    const hid_t dataset = H5Dcreate2(parent.id(), name.c_str(), row_type.file.get(), space.get(),
+                                     H5P_DEFAULT, properties.get(), H5P_DEFAULT);
+    return Dataset(Handle(check(dataset, parent, "create dataset", path), H5Dclose), parent, path);
+}
+
+void append_rows(const Dataset& dataset, const Table& rows) {
+    const std::string& path = dataset.path();
+    const Compound row_type = make_compound(dataset, path, rows);
+    const std::vector<unsigned char> buffer = pack_rows(rows, row_type, path);
+    const hsize_t count = row_count(rows);
+    if (count == 0) return;
+    const hsize_t start = dataset.rows();
+    const hsize_t extent = start + count;
+    check(H5Dset_extent(dataset.id(), &extent), dataset, "extend dataset", path);
+    Handle file_space(check(H5Dget_space(dataset.id()), dataset, "extend dataset", path), H5Sclose);
+    check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr),
+          dataset, "extend dataset", path);
+    Handle memory_space(
+        check(H5Screate_simple(1, &count, nullptr), dataset, "extend dataset", path), H5Sclose);
+    check(H5Dwrite(dataset.id(), row_type.memory.get(), memory_space.get(), file_space.get(),
+                   table_transfer(dataset, path).get(), buffer.data()),
+          dataset, "write dataset", path);
 }
 
 bool has_column(const Group& parent, const std::string& name, const std::string& column) {

@@ -105,21 +105,25 @@ class Group : public Object {
 
 class File : public Group {
   public:
-    /// Creates (truncates) `path` for writing; failures map to exit code 3.
+    /// Creates (truncates) `path` for writing, without HDF5's lock on it, so that readers may
+    /// open the file while it is open here; failures map to exit code 3.
     static File create(const std::string& path);
     /// Opens `path` read-only; failures map to exit code 2.
     static File open_read_only(const std::string& path);
     /// Closes the file, so that everything written is on disk; throws on failure.
     void close();
+    /// Writes everything written so far to the file, which then reads as it stands.
+    void flush() const;
 
   private:
     File(Handle handle, std::string file_name, ExitCode exit_code)
         : Group(std::move(handle), std::move(file_name), exit_code) {}
 };
 
-/// Calls `write` with a temporary name beside `path`, then renames it over `path` in one step,
-/// so that readers see the old file or the new one. Failures (and the temporary file) are
-/// cleaned up and thrown as ReportError with exit code 3, naming `what` ("report").
+/// Calls `write` with a temporary name of this process's own beside `path`, then renames it over
+/// `path` in one step, so that readers see the old file or the new one. Failures (and the
+/// temporary file) are cleaned up and thrown as ReportError with exit code 3, naming `what`
+/// ("report"); a `path` that is not a regular file is refused first (check_output_path).
 void write_file_atomically(const std::string& path, const std::string& what,
                            const std::function<void(const std::string&)>& write);
 
@@ -166,6 +170,13 @@ using Table = std::vector<Column>;
 /// Writes `table` as a 1-D compound dataset with one member per column: strings as vlen UTF-8,
 /// doubles as IEEE f64, int64 and uint8 little-endian. An empty table gives an empty dataset.
 Dataset write_table(const Group& parent, const std::string& name, const Table& table);
+
+/// An empty table with the columns of `like` (their values are ignored) that append_rows
+/// extends: chunked by `chunk_rows`, with no limit on its rows.
+Dataset create_growing_table(const Group& parent, const std::string& name, const Table& like,
+                             size_t chunk_rows);
+/// Appends `rows` (the columns of create_growing_table's `like`, in order) at the table's end.
+void append_rows(const Dataset& dataset, const Table& rows);
 
 /// Reads the columns that `like` names, typed as the (empty) vectors there say. Members the file
 /// has beyond those are ignored; a missing member or a member of another kind is an error.

@@ -1,6 +1,8 @@
 // src/report/reader.cpp — reads an HDF5 report back into a Report; checks it is one lav can read.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include "report/h5.h"
 #include "report/report.h"
@@ -180,6 +182,45 @@ CaseRecord read_case(const h5::Group& cases, size_t index) {
     return c;
 }
 
+/// `/summary` repeats what the cases hold, and readers without lav (pandas) read it alone: a row
+/// that says other than its case is refused, naming the case.
+void check_summary(const h5::File& file, const Report& report) {
+    const h5::Table table = h5::read_table(file, "summary",
+                                           {{"id", Strings{}},
+                                            {"verdict", Strings{}},
+                                            {"worst_tensor", Strings{}},
+                                            {"worst_rel_rmse", Doubles{}},
+                                            {"worst_bound", Doubles{}}});
+    const auto& id = h5::column<std::string>(table, "id");
+    const h5::Dataset summary = file.open_dataset("summary");
+    if (id.size() != report.cases.size())
+        summary.invalid("has " + std::to_string(id.size()) + " rows for " +
+                        std::to_string(report.cases.size()) + " cases");
+    constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+    for (size_t i = 0; i < id.size(); ++i) {
+        const CaseRecord& c = report.cases[i];
+        const MetricRow* worst = c.worst();
+        const auto same = [](double a, double b) {
+            return a == b || (std::isnan(a) && std::isnan(b));
+        };
+        const char* column = nullptr;
+        if (id[i] != c.id)
+            column = "id";
+        else if (h5::column<std::string>(table, "verdict")[i] != c.verdict)
+            column = "verdict";
+        else if (h5::column<std::string>(table, "worst_tensor")[i] != (worst ? worst->tensor : ""))
+            column = "worst_tensor";
+        else if (!same(h5::column<double>(table, "worst_rel_rmse")[i],
+                       worst ? worst->rel_rmse : kNone))
+            column = "worst_rel_rmse";
+        else if (!same(h5::column<double>(table, "worst_bound")[i], worst ? worst->bound : kNone))
+            column = "worst_bound";
+        if (column != nullptr)
+            summary.invalid("row " + std::to_string(i) + " says other than /cases/" +
+                            case_group_name(i) + " (" + c.id + ") in column " + column);
+    }
+}
+
 /// Everything after the schema check.
 Report read_contents(const h5::File& file) {
     Report report;
@@ -190,6 +231,7 @@ Report read_contents(const h5::File& file) {
     const h5::Group cases = file.open_group("cases");
     for (int64_t i = 0; i < case_count; ++i)
         report.cases.push_back(read_case(cases, static_cast<size_t>(i)));
+    check_summary(file, report);
     return report;
 }
 

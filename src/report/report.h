@@ -1,12 +1,14 @@
 // src/report/report.h — the in-memory form of an HDF5 report (schema in reports/SCHEMA.md).
 //
 // A report holds run attributes and one CaseRecord per (case, variant, backend, pass). The
-// writer rewrites the file after every case into a temporary name and renames it over the
-// target, so the file on disk is always a complete, readable report of the finished cases;
-// `complete` turns true only when the run ends.
+// writer appends each case to one of two files of its own and renames that file into place, so
+// the file on disk is always a complete, readable report of the finished cases; `complete`
+// turns true only when the run ends.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -118,23 +120,39 @@ struct Report {
     std::vector<CaseRecord> cases;
 };
 
-/// Writes a report case by case; the file at `path` is complete and readable after each add().
+/// Writes a report case by case; the file at `path` is complete and readable after each add(),
+/// and an add() costs the same at the first case and the ten-thousandth.
+///
+/// Two files of its own beside `path` take turns: each add() appends the cases the file not in
+/// place lacks (the new one, and the one before, which went to the other), flushes it and
+/// renames it over `path` (keeping a second name for it, to append to it again later). So
+/// `path` is replaced in one step by a file that is complete as it stands, whenever the
+/// process dies. The caller holds an OutputLock on `path` (report/output.h).
 class ReportWriter {
   public:
     /// Writes the empty report at once, so an unwritable path fails before any case runs.
     ReportWriter(std::string path, RunInfo run);
     /// Continues `resumed` (a report read back from `path`): its cases stay, new ones follow.
     ReportWriter(std::string path, Report resumed);
-    /// Appends a case and atomically replaces the file. Throws ReportError (exit 3) on I/O failure.
+    /// Without finish(), `path` keeps the last report put in place (marked incomplete); the
+    /// files of its own are removed.
+    ~ReportWriter();
+    ReportWriter(const ReportWriter&) = delete;
+    ReportWriter& operator=(const ReportWriter&) = delete;
+    /// Appends a case and replaces the file in one step. Throws ReportError (exit 3) on I/O
+    /// failure.
     void add(CaseRecord record);
-    /// Marks the run complete and writes the file a last time.
+    /// Marks the run complete and puts the file in place a last time.
     void finish();
     const Report& report() const { return report_; }
 
   private:
-    void write() const;
+    struct Copy;
+    void publish(bool last);
     std::string path_;
     Report report_;
+    std::array<std::unique_ptr<Copy>, 2> copies_;
+    size_t lagging_ = 0;  ///< the copy not in place, the next to catch up
 };
 
 /// Writes `report` to `path` (temporary file, then rename).

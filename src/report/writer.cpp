@@ -1,12 +1,12 @@
-// src/report/writer.cpp — writes a Report as HDF5 (layout in reports/SCHEMA.md); no reading here.
+// src/report/writer.cpp — a Report's HDF5 layout (reports/SCHEMA.md) and the one-shot
+// write_report; no reading here.
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <type_traits>
 #include <utility>
 
-#include "report/h5.h"
-#include "report/report.h"
+#include "report/layout.h"
 
 namespace lav::report {
 namespace {
@@ -27,6 +27,10 @@ h5::ColumnValues column_of(const std::vector<Row>& rows, Get get) {
     return values;
 }
 
+}  // namespace
+
+namespace layout {
+
 void write_run(const h5::File& file, const Report& report) {
     const RunInfo& run = report.run;
     h5::write_attribute(file, "schema_version", int32_t{kSchemaVersion});
@@ -43,41 +47,41 @@ void write_run(const h5::File& file, const Report& report) {
     h5::write_attribute(file, "case_count", static_cast<int32_t>(report.cases.size()));
 }
 
-void write_summary(const h5::File& file, const std::vector<CaseRecord>& cases) {
+h5::Table summary_rows(const std::vector<CaseRecord>& all, size_t begin, size_t end) {
     // a case without metrics (one that could not run) has no worst tensor
     constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
     using C = CaseRecord;
-    h5::write_table(file, "summary",
-                    {
-                        {"id", column_of(cases, [](const C& c) { return c.id; })},
-                        {"scenario", column_of(cases, [](const C& c) { return c.scenario; })},
-                        {"family", column_of(cases, [](const C& c) { return c.family; })},
-                        {"variant", column_of(cases, [](const C& c) { return c.variant; })},
-                        {"backend", column_of(cases, [](const C& c) { return c.backend; })},
-                        {"pass", column_of(cases, [](const C& c) { return c.pass; })},
-                        {"input_dtype", column_of(cases, [](const C& c) { return c.input_dtype; })},
-                        {"state_dtype", column_of(cases, [](const C& c) { return c.state_dtype; })},
-                        {"layout", column_of(cases, [](const C& c) { return c.layout; })},
-                        {"shape", column_of(cases, [](const C& c) { return c.shape; })},
-                        {"verdict", column_of(cases, [](const C& c) { return c.verdict; })},
-                        {"worst_tensor", column_of(cases,
-                                                   [](const C& c) {
-                                                       const MetricRow* w = c.worst();
-                                                       return w != nullptr ? w->tensor
-                                                                           : std::string();
-                                                   })},
-                        {"worst_rel_rmse", column_of(cases,
-                                                     [](const C& c) {
-                                                         const MetricRow* w = c.worst();
-                                                         return w != nullptr ? w->rel_rmse : kNone;
-                                                     })},
-                        {"worst_bound", column_of(cases,
-                                                  [](const C& c) {
-                                                      const MetricRow* w = c.worst();
-                                                      return w != nullptr ? w->bound : kNone;
-                                                  })},
-                        {"seconds", column_of(cases, [](const C& c) { return c.seconds; })},
-                    });
+    const std::vector<CaseRecord> cases(all.begin() + static_cast<ptrdiff_t>(begin),
+                                        all.begin() + static_cast<ptrdiff_t>(end));
+    return {
+        {"id", column_of(cases, [](const C& c) { return c.id; })},
+        {"scenario", column_of(cases, [](const C& c) { return c.scenario; })},
+        {"family", column_of(cases, [](const C& c) { return c.family; })},
+        {"variant", column_of(cases, [](const C& c) { return c.variant; })},
+        {"backend", column_of(cases, [](const C& c) { return c.backend; })},
+        {"pass", column_of(cases, [](const C& c) { return c.pass; })},
+        {"input_dtype", column_of(cases, [](const C& c) { return c.input_dtype; })},
+        {"state_dtype", column_of(cases, [](const C& c) { return c.state_dtype; })},
+        {"layout", column_of(cases, [](const C& c) { return c.layout; })},
+        {"shape", column_of(cases, [](const C& c) { return c.shape; })},
+        {"verdict", column_of(cases, [](const C& c) { return c.verdict; })},
+        {"worst_tensor", column_of(cases,
+                                   [](const C& c) {
+                                       const MetricRow* w = c.worst();
+                                       return w != nullptr ? w->tensor : std::string();
+                                   })},
+        {"worst_rel_rmse", column_of(cases,
+                                     [](const C& c) {
+                                         const MetricRow* w = c.worst();
+                                         return w != nullptr ? w->rel_rmse : kNone;
+                                     })},
+        {"worst_bound", column_of(cases,
+                                  [](const C& c) {
+                                      const MetricRow* w = c.worst();
+                                      return w != nullptr ? w->bound : kNone;
+                                  })},
+        {"seconds", column_of(cases, [](const C& c) { return c.seconds; })},
+    };
 }
 
 void write_case(const h5::Group& cases, size_t index, const CaseRecord& c) {
@@ -161,14 +165,19 @@ void write_case(const h5::Group& cases, size_t index, const CaseRecord& c) {
     }
 }
 
+}  // namespace layout
+
+namespace {
+
 /// Writes the whole report into a new file at `path`.
 void write_file(const std::string& path, const Report& report) {
     h5::File file = h5::File::create(path);
-    write_run(file, report);
-    write_summary(file, report.cases);
+    layout::write_run(file, report);
+    h5::write_table(file, "summary", layout::summary_rows(report.cases, 0, report.cases.size()));
     {
         h5::Group cases = file.create_group("cases");
-        for (size_t i = 0; i < report.cases.size(); ++i) write_case(cases, i, report.cases[i]);
+        for (size_t i = 0; i < report.cases.size(); ++i)
+            layout::write_case(cases, i, report.cases[i]);
     }
     file.close();
 }
@@ -193,28 +202,5 @@ void write_report(const std::string& path, const Report& report) {
     h5::write_file_atomically(path, "report",
                               [&](const std::string& temporary) { write_file(temporary, report); });
 }
-
-ReportWriter::ReportWriter(std::string path, RunInfo run) : path_(std::move(path)) {
-    report_.run = std::move(run);
-    write();
-}
-
-ReportWriter::ReportWriter(std::string path, Report resumed)
-    : path_(std::move(path)), report_(std::move(resumed)) {
-    report_.complete = false;
-    write();
-}
-
-void ReportWriter::add(CaseRecord record) {
-    report_.cases.push_back(std::move(record));
-    write();
-}
-
-void ReportWriter::finish() {
-    report_.complete = true;
-    write();
-}
-
-void ReportWriter::write() const { write_report(path_, report_); }
 
 }  // namespace lav::report

@@ -274,13 +274,14 @@ TEST_F(ReportWriterFile, UnwritableFolderIsAnEnvironmentError) {
 }
 
 TEST_F(ReportWriterFile, FailedWriteLeavesNoTemporaryFile) {
-    // a folder where the temporary file should go makes the HDF5 create fail
-    const std::string target = path("run.h5");
-    fs::create_directories(target + ".tmp/occupied");
+    // a name that fits but leaves no room for the temporary file's longer one: the create fails
+    const std::string target = path(std::string(250, 'r'));
     const ReportError e = report_error_of([&] { write_report(target, sample_report()); });
     EXPECT_EQ(e.exit_code(), ExitCode::kEnvironment);
-    EXPECT_NE(std::string(e.what()).find(target + ".tmp"), std::string::npos) << e.what();
-    EXPECT_FALSE(fs::exists(target));
+    EXPECT_NE(std::string(e.what()).find(target + "." + std::to_string(getpid())),
+              std::string::npos)
+        << e.what();
+    EXPECT_TRUE(fs::is_empty(folder_));
 }
 
 // ---- read errors ----

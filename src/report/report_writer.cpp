@@ -1,0 +1,101 @@
+// src/report/report_writer.cpp — ReportWriter: two files take turns being the report, so that a
+// case is appended to each once, in place, and the report is still replaced in one step.
+#include <unistd.h>
+
+#include <filesystem>
+#include <utility>
+
+#include "report/layout.h"
+#include "report/output.h"
+
+namespace lav::report {
+namespace {
+
+// rows per chunk of /summary: appending rewrites the last chunk, so a small one keeps an append
+// cheap (64 rows are about 14 KB)
+constexpr size_t kSummaryChunkRows = 64;
+
+constexpr const char* kNote = "\nnote: reports go to a folder lav can create and write, with room";
+
+}  // namespace
+
+/// One of the two files: open for writing throughout, named by a temporary name of its own.
+struct ReportWriter::Copy {
+    TemporaryFile name;
+    h5::File file;
+    h5::Group cases;
+    h5::Dataset summary;
+    size_t written = 0;  ///< the cases it holds
+
+    Copy(std::string path, const Report& report)
+        : name(std::move(path)),
+          file(h5::File::create(name.path())),
+          cases(file.create_group("cases")),
+          summary(h5::create_growing_table(file, "summary", layout::summary_rows({}, 0, 0),
+                                           kSummaryChunkRows)) {
+        layout::write_run(file, report);
+    }
+};
+
+ReportWriter::ReportWriter(std::string path, RunInfo run) : path_(std::move(path)) {
+    report_.run = std::move(run);
+    publish(false);
+}
+
+ReportWriter::ReportWriter(std::string path, Report resumed)
+    : path_(std::move(path)), report_(std::move(resumed)) {
+    report_.complete = false;
+    publish(false);
+}
+
+ReportWriter::~ReportWriter() = default;
+
+void ReportWriter::add(CaseRecord record) {
+    report_.cases.push_back(std::move(record));
+    publish(false);
+}
+
+void ReportWriter::finish() {
+    report_.complete = true;
+    publish(true);
+    copies_ = {};
+}
+
+void ReportWriter::publish(bool last) {
+    check_output_path(path_);
+    std::unique_ptr<Copy>& slot = copies_[lagging_];
+    try {
+        const std::filesystem::path folder = std::filesystem::path(path_).parent_path();
+        if (!folder.empty()) std::filesystem::create_directories(folder);
+        if (!slot) slot = std::make_unique<Copy>(temporary_name(path_, "tmp"), report_);
+        Copy& copy = *slot;
+        const size_t count = report_.cases.size();
+        for (size_t i = copy.written; i < count; ++i)
+            layout::write_case(copy.cases, i, report_.cases[i]);
+        h5::append_rows(copy.summary, layout::summary_rows(report_.cases, copy.written, count));
+        copy.written = count;
+        h5::write_attribute(copy.file, "case_count", static_cast<int32_t>(count));
+        h5::write_attribute(copy.file, "complete", int32_t{report_.complete ? 1 : 0});
+        copy.file.flush();
+        // one step from the previous report to this one, whenever the process dies
+        std::filesystem::rename(copy.name.path(), path_);
+        // a second name, to catch this copy up again once the other has taken its place; a file
+        // system without hard links gets a new copy written from the start each time instead
+        if (last || ::link(path_.c_str(), copy.name.path().c_str()) != 0) {
+            copy.name.release();
+            if (!last) slot.reset();
+        }
+        lagging_ ^= 1;
+    } catch (const std::filesystem::filesystem_error& e) {
+        slot.reset();
+        throw ReportError(path_ + ": error: cannot write the report: " + e.code().message() + " (" +
+                              e.path1().string() + ")" + kNote,
+                          ExitCode::kEnvironment);
+    } catch (const ReportError& e) {
+        // half written: the next publish starts this copy afresh
+        slot.reset();
+        throw ReportError(e.what() + std::string(kNote), ExitCode::kEnvironment);
+    }
+}
+
+}  // namespace lav::report
