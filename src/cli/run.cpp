@@ -137,7 +137,7 @@ Isolation isolation_of(const po::variables_map& vm, const std::string& backend,
     if (vm.count("threads")) o.insert(o.end(), {"--threads", std::to_string(threads)});
     if (!fail_on.empty()) o.insert(o.end(), {"--fail-on", fail_on});
     if (!dump_dir.empty()) o.insert(o.end(), {"--dump-intermediates", dump_dir});
-    for (const char* flag : {"long", "strict-boundary", "decompose"})
+    for (const char* flag : {"long", "strict-boundary", "decompose", "equivalence"})
         if (vm[flag].as<bool>()) o.push_back(std::string("--") + flag);
     for (const auto& l : libraries) o.insert(o.end(), {"--load-library", l});
     for (const auto& p : providers) o.insert(o.end(), {"--provider", p});
@@ -202,6 +202,10 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "rerun each kernel with the roundings its contract names kept in fp32, one group more "
         "at a time (intermediates in the input dtype, stored states, outputs), and add a "
         "DECOMPOSITION finding per tensor: each group's share of the error")(
+        "equivalence", po::bool_switch(),
+        "also rerun each kernel in the other layout and, for a varlen case, on each sequence "
+        "alone: the EQUIVALENCE finding says how they agree, SEGMENT_LEAK where a sequence "
+        "depends on its neighbours (costs a rerun per record and per sequence)")(
         "isolate", po::bool_switch(),
         "run each case in a child process: a kernel that crashes (segfault, abort, sticky CUDA "
         "error) becomes that case's error records, and the run goes on")(
@@ -320,6 +324,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     run_options.backends = requested;
     run_options.fail_on = parse_fail_on(fail_on);
     run_options.decompose = vm["decompose"].as<bool>();
+    run_options.equivalence = vm["equivalence"].as<bool>();
     if (!dump_dir.empty())
         run_options.on_intermediates = [&](const std::vector<report::Intermediates>& dumps) {
             const std::string file = report::intermediates_file_name(dumps.front().case_id);

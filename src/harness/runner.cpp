@@ -14,6 +14,7 @@
 #include "harness/audit.h"
 #include "harness/backend.h"
 #include "harness/decompose.h"
+#include "harness/equivalence.h"
 #include "harness/inputs.h"
 #include "harness/judge.h"
 #include "metrics/measures.h"
@@ -198,6 +199,7 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     const std::string bad_inputs = nonfinite_inputs(in.kernel);
     // the records wait for the case's last kernel: each carries what every kernel declares
     std::vector<CaseRecord> records;
+    std::vector<Ran> ran;  // the records whose kernel ran, for the comparisons between them
     for (const auto& variant : c.variants)
         for (const auto& backend : options.backends) {
             const Choice choice = choose_row(registry, c.family, variant, base, backend);
@@ -229,7 +231,7 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                     if (options.decompose)
                         for (auto& f : decompose(c, row, call, backward, measured, gold, r.metrics))
                             r.findings.push_back(std::move(f));
-                    decide(r, options.strict_boundary && audit.boundary_mismatch, options.fail_on);
+                    ran.push_back({records.size(), &row, call, backward, results});
                 } catch (const InternalError&) {
                     throw;
                 } catch (const std::exception& e) {
@@ -242,6 +244,11 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 records.push_back(std::move(r));
             }
         }
+    add_equivalence(c, family, measured_of(family, c, false), measured_of(family, c, true), gold,
+                    ran, options.equivalence, records);
+    for (const Ran& r : ran)
+        decide(records[r.record], options.strict_boundary && audit.boundary_mismatch,
+               options.fail_on);
     std::vector<report::TraceRow> declared;
     for (const CaseRecord& r : records) {
         const std::vector<report::TraceRow> rows = declared_rows(r);

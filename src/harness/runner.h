@@ -25,6 +25,9 @@ struct RunOptions {
     /// rerun each row with its storage roundings kept in fp32 and add DECOMPOSITION findings
     /// (lav run --decompose, decompose.h)
     bool decompose = false;
+    /// rerun each row in the other layout and, for a varlen case, on each sequence alone, to
+    /// say how they agree (lav run --equivalence; variants are compared always)
+    bool equivalence = false;
     /// the backends each variant runs on, one record each: "auto" (backend.h) or a backend's
     /// name (cpu, cuda, a provider's)
     std::vector<std::string> backends = {"auto"};

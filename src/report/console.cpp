@@ -71,6 +71,20 @@ void print_indented(std::ostream& out, const std::string& text) {
     }
 }
 
+// how a record's kernels agree with each other is in the report; the terminal tells it where
+// it helps, for a failing record
+bool shown(const CaseRecord& r, const Finding& f) {
+    return f.kind != "EQUIVALENCE" || r.verdict == "fail";
+}
+
+// the findings of `r` that the terminal shows
+std::vector<const Finding*> shown_findings(const CaseRecord& r) {
+    std::vector<const Finding*> out;
+    for (const Finding& f : r.findings)
+        if (shown(r, f)) out.push_back(&f);
+    return out;
+}
+
 }  // namespace
 
 std::string case_of(const std::string& record_id) {
@@ -126,26 +140,26 @@ void print_case_failure(std::ostream& out, const CaseRecord& record) {
     out << "  " << record.input_dtype << " in / " << record.state_dtype << " state / "
         << record.layout << '\n';
     // each fact once: a failing measure is told by its finding, which carries its numbers
-    if (record.verdict == "error" || record.findings.empty()) print_indented(out, record.message);
+    if (record.verdict == "error" || shown_findings(record).empty())
+        print_indented(out, record.message);
     print_findings(out, record);
 }
 
 void print_case_details(std::ostream& out, const Report& report) {
     const auto same_findings = [](const CaseRecord& a, const CaseRecord& b) {
-        if (a.verdict != b.verdict || a.message != b.message ||
-            a.findings.size() != b.findings.size())
-            return false;
-        for (size_t i = 0; i < a.findings.size(); ++i)
-            if (a.findings[i].kind != b.findings[i].kind ||
-                a.findings[i].tensor != b.findings[i].tensor ||
-                a.findings[i].message != b.findings[i].message)
+        if (a.verdict != b.verdict || a.message != b.message) return false;
+        const std::vector<const Finding*> fa = shown_findings(a), fb = shown_findings(b);
+        if (fa.size() != fb.size()) return false;
+        for (size_t i = 0; i < fa.size(); ++i)
+            if (fa[i]->kind != fb[i]->kind || fa[i]->tensor != fb[i]->tensor ||
+                fa[i]->message != fb[i]->message)
                 return false;
         return true;
     };
     const auto& cases = report.cases;
     for (size_t i = 0; i < cases.size();) {
         const CaseRecord& first = cases[i++];
-        if (first.verdict == "pass" && first.findings.empty()) continue;
+        if (first.verdict == "pass" && shown_findings(first).empty()) continue;
         // the records of one case that say the same (its prologue's findings, the end of its
         // isolated process) are told once
         std::vector<std::string> alike;
@@ -162,7 +176,8 @@ void print_case_details(std::ostream& out, const Report& report) {
 }
 
 void print_findings(std::ostream& out, const CaseRecord& record) {
-    for (const Finding& f : record.findings) {
+    for (const Finding* finding : shown_findings(record)) {
+        const Finding& f = *finding;
         out << "  " << f.kind << (f.tensor.empty() ? "" : " " + f.tensor) << ": " << f.message
             << '\n';
         if (!f.history.empty()) out << "      " << f.history << '\n';

@@ -18,7 +18,8 @@ const std::vector<std::string>& finding_kinds() {
                                                    "CHUNK_BOUNDARY",
                                                    "SEGMENT_LEAK",
                                                    "TOLERANCE",
-                                                   "DECOMPOSITION"};
+                                                   "DECOMPOSITION",
+                                                   "EQUIVALENCE"};
     return kinds;
 }
 

@@ -94,6 +94,45 @@ TEST(Isolate, ACrashingKernelCostsItsCase) {
     }
 }
 
+// --equivalence: a kernel whose sequences leak into each other is found by running each sequence
+// alone; lav's own rows agree with themselves in both layouts and alone.
+TEST(Equivalence, ASequenceThatDependsOnItsNeighboursIsASegmentLeak) {
+    const std::string out = scratch("leak.h5");
+    const Result run = lav("run " + kScenarios + "/simple_gla_ops_varlen.toml --load-library " +
+                           LAV_TEST_OPS + " --backend cpu,lavleak --equivalence --out " + out);
+    EXPECT_EQ(run.code, 1) << run.output;
+    const report::Report rep = report::read_report(out);
+    int leaks = 0, own = 0;
+    for (const report::CaseRecord& r : rep.cases) {
+        bool leak = false;
+        std::string equivalence;
+        for (const auto& f : r.findings) {
+            if (f.kind == "SEGMENT_LEAK") {
+                leak = true;
+                EXPECT_NE(f.message.find("depends on its neighbours"), std::string::npos);
+            }
+            if (f.kind == "EQUIVALENCE") equivalence = f.message;
+        }
+        if (r.backend == "lavleak") {
+            leaks += leak;
+            continue;
+        }
+        ++own;
+        EXPECT_FALSE(leak) << r.id;
+        EXPECT_NE(equivalence.find("vs head_first: "), std::string::npos) << equivalence;
+        EXPECT_NE(equivalence.find("vs each sequence run alone: #1 "), std::string::npos)
+            << equivalence;
+        // lav's rows agree bitwise across layouts and with each sequence run alone
+        const size_t from = equivalence.find("vs head_first: ");
+        const std::string reruns =
+            equivalence.substr(from, equivalence.find("rel_rmse per sequence") - from);
+        EXPECT_EQ(reruns.find("e-"), std::string::npos) << reruns;
+        EXPECT_NE(reruns.find("bitwise"), std::string::npos) << reruns;
+    }
+    EXPECT_EQ(own, 4);
+    EXPECT_EQ(leaks, 2);  // recurrent fwd and bwd
+}
+
 // A provider's backend exists only once its library is loaded.
 TEST(OpLibrary, BackendNeedsItsLibrary) {
     const Result list = lav(std::string("list --format json"));

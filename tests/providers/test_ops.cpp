@@ -1,7 +1,7 @@
 // tests/providers/test_ops.cpp — a small PyTorch op library for the provider tests: simple_gla's
 // recurrence in plain ATen (autograd comes from the ops it is made of), registered as
-// lavtest::recurrent_simple_gla and lavtest::chunk_simple_gla, lavbad's two faulty ones and
-// lavcrash's two that crash on a varlen batch.
+// lavtest::recurrent_simple_gla and lavtest::chunk_simple_gla, lavbad's two faulty ones,
+// lavcrash's two that crash on a varlen batch and lavleak's, whose sequences leak.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -14,13 +14,14 @@ namespace {
 
 using OptTensor = std::optional<at::Tensor>;
 
-// S_t = exp(g_t) S_{t-1} + k_t v_tᵀ, o_t = scale Sᵀ q_t, per sequence, in the state dtype.
-std::tuple<at::Tensor, at::Tensor> recurrence(const at::Tensor& q_in, const at::Tensor& k_in,
-                                              const at::Tensor& v_in, const OptTensor& g_in,
-                                              const OptTensor& g_gamma, const OptTensor& h0,
-                                              double scale, bool head_first,
-                                              const OptTensor& cu_seqlens,
-                                              c10::ScalarType state_dtype) {
+// S_t = exp(g_t) S_{t-1} + k_t v_tᵀ, o_t = scale Sᵀ q_t, per sequence, in the state dtype; with
+// `carry`, a sequence also starts from the state the one before it left.
+std::tuple<at::Tensor, at::Tensor> run_sequences(const at::Tensor& q_in, const at::Tensor& k_in,
+                                                 const at::Tensor& v_in, const OptTensor& g_in,
+                                                 const OptTensor& g_gamma, const OptTensor& h0,
+                                                 double scale, bool head_first,
+                                                 const OptTensor& cu_seqlens,
+                                                 c10::ScalarType state_dtype, bool carry) {
     const auto head_last = [&](const at::Tensor& x) { return head_first ? x.transpose(1, 2) : x; };
     const at::Tensor q = head_last(q_in).to(state_dtype), k = head_last(k_in).to(state_dtype);
     const at::Tensor v = head_last(v_in).to(state_dtype);
@@ -40,6 +41,7 @@ std::tuple<at::Tensor, at::Tensor> recurrence(const at::Tensor& q_in, const at::
     std::vector<at::Tensor> rows(B * T), finals;
     for (size_t n = 0; n < batch.size(); ++n) {
         at::Tensor S = h0 ? h0->select(0, n).to(state_dtype) : at::zeros({H, K, V}, q.options());
+        if (carry && n > 0) S = S + finals.back();
         for (int64_t t = starts[n]; t < ends[n]; ++t) {
             const int64_t b = batch[n];
             S = S * g[b][t].exp().view({H, 1, 1}) + k[b][t].unsqueeze(2) * v[b][t].unsqueeze(1);
@@ -50,6 +52,16 @@ std::tuple<at::Tensor, at::Tensor> recurrence(const at::Tensor& q_in, const at::
     at::Tensor o = at::stack(rows).view({B, T, H, V}).to(q_in.scalar_type());
     if (head_first) o = o.transpose(1, 2);
     return {o, at::stack(finals)};
+}
+
+std::tuple<at::Tensor, at::Tensor> recurrence(const at::Tensor& q, const at::Tensor& k,
+                                              const at::Tensor& v, const OptTensor& g,
+                                              const OptTensor& g_gamma, const OptTensor& h0,
+                                              double scale, bool head_first,
+                                              const OptTensor& cu_seqlens,
+                                              c10::ScalarType state_dtype) {
+    return run_sequences(q, k, v, g, g_gamma, h0, scale, head_first, cu_seqlens, state_dtype,
+                         false);
 }
 
 // lavbad: o always in fp32, whatever the inputs (a contract finding for 16-bit inputs)
@@ -86,6 +98,15 @@ std::tuple<at::Tensor, at::Tensor> crashes_on_varlen(const at::Tensor& q, const 
     return recurrence(q, k, v, g, g_gamma, h0, scale, head_first, cu_seqlens, state_dtype);
 }
 
+// lavleak: a varlen batch's sequences each start from the state the one before left
+std::tuple<at::Tensor, at::Tensor> leaks(const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& v, const OptTensor& g,
+                                         const OptTensor& g_gamma, const OptTensor& h0,
+                                         double scale, bool head_first, const OptTensor& cu_seqlens,
+                                         c10::ScalarType state_dtype) {
+    return run_sequences(q, k, v, g, g_gamma, h0, scale, head_first, cu_seqlens, state_dtype, true);
+}
+
 constexpr const char* kSchema =
     "(Tensor q, Tensor k, Tensor v, Tensor? g=None, Tensor? g_gamma=None, "
     "Tensor? initial_state=None, *, float scale, bool head_first=False, "
@@ -102,6 +123,10 @@ TORCH_LIBRARY(lavtest, m) {
 TORCH_LIBRARY(lavcrash, m) {
     m.def(("recurrent_simple_gla" + std::string(kSchema)).c_str(), &crashes_on_varlen<SIGABRT>);
     m.def(("chunk_simple_gla" + std::string(kSchema)).c_str(), &crashes_on_varlen<SIGSEGV>);
+}
+
+TORCH_LIBRARY(lavleak, m) {
+    m.def(("recurrent_simple_gla" + std::string(kSchema)).c_str(), &leaks);
 }
 
 TORCH_LIBRARY(lavbad, m) {
