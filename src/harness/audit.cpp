@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/layout.h"
 #include "harness/prologue.h"
@@ -14,6 +16,24 @@ namespace {
 
 // the prologue's own tensors get a seed stream apart from the kernel inputs'
 constexpr uint64_t kPrologueSalt = 0x70726f6c6f677565ULL;
+
+// One promotion of a tensor that entered at several ops (rotary's cos and sin) is one finding:
+// the first, with where else it entered.
+std::vector<trace::Finding> merged(const std::vector<trace::Finding>& findings) {
+    std::vector<trace::Finding> out;
+    for (const trace::Finding& f : findings) {
+        const size_t at = f.message.find(" at ");
+        const auto same = std::find_if(out.begin(), out.end(), [&](const trace::Finding& o) {
+            return o.tensor == f.tensor && at != std::string::npos &&
+                   o.message.compare(0, at, f.message, 0, at) == 0;
+        });
+        if (same == out.end() || at == std::string::npos)
+            out.push_back(f);
+        else
+            same->message += "; also" + f.message.substr(at);
+    }
+    return out;
+}
 
 report::Finding to_report(const trace::Finding& f) {
     return {f.kind, f.tensor, f.message, f.history};
@@ -122,10 +142,15 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
     hooks.on_assign = [&](const std::string& name, const at::Tensor& t) {
         scope.trace().label(t, name);
     };
+    // an unnamed operand is shown by the expression that made it, never by an op number; a
+    // name it already has (a view or no-op cast of a named tensor) stays
+    hooks.on_value = [&](const std::string& text, const at::Tensor& t) {
+        if (scope.trace().label_of(t).empty()) scope.trace().label(t, text);
+    };
     const TensorMap produced = run_prologue(prologue, std::move(env), hooks);
     const trace::Trace trace = scope.stop();
 
-    for (const auto& f : trace::find_promotions(trace, to_scalar_type(c.input_dtype)))
+    for (const auto& f : merged(trace::find_promotions(trace, to_scalar_type(c.input_dtype))))
         audit.findings.push_back(to_report(f));
     for (const auto& f : trace::find_demotions(trace)) audit.findings.push_back(to_report(f));
     for (const auto& f : trace::find_nonfinite_origin(trace))

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "scenario/diagnostics.h"
+#include "scenario/expr.h"
 
 namespace lav::harness {
 namespace {
@@ -46,7 +47,11 @@ std::string first_line(const std::string& message) { return message.substr(0, me
 
 /// Rotate-half rotary embedding: x [..., T, H, D], freqs [T, D/2] or [T, D] (angles in
 /// radians); dimension i turns with dimension i + D/2 by the angle freqs[t, i mod D/2].
-at::Tensor rotary(const at::Tensor& x, const at::Tensor& freqs) {
+// What names a tensor an op made: the text it gets in findings (PrologueHooks::on_value).
+using Namer = std::function<void(const std::string& text, const at::Tensor& tensor)>;
+
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& freqs, const std::string& freqs_text,
+                  const Namer& name) {
     if (x.dim() < 3) throw OpFailure("rotary needs x as [..., T, H, D], got " + shape_text(x));
     const int64_t D = x.size(-1);
     const int64_t T = x.size(-3);
@@ -60,6 +65,7 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& freqs) {
     // [T, 1, D]: the same angles for every head, broadcast over the leading dims
     const at::Tensor cos = at::cos(angles).unsqueeze(-2);
     const at::Tensor sin = at::sin(angles).unsqueeze(-2);
+    if (name) name("cos(" + freqs_text + ")", cos), name("sin(" + freqs_text + ")", sin);
     const at::Tensor x1 = x.narrow(-1, 0, D / 2);      // [..., T, H, D/2]
     const at::Tensor x2 = x.narrow(-1, D / 2, D / 2);  // [..., T, H, D/2]
     const at::Tensor rotated = at::cat({at::neg(x2), x1}, -1);
@@ -106,7 +112,8 @@ std::string_view operator_text(ExprKind kind) {
 
 class Executor {
   public:
-    Executor(const Prologue& prologue, const TensorMap& env) : prologue_(prologue), env_(env) {}
+    Executor(const Prologue& prologue, const TensorMap& env, Namer name)
+        : prologue_(prologue), env_(env), name_(std::move(name)) {}
 
     at::Tensor run(const scenario::Statement& statement) {
         target_ = &statement.target;
@@ -123,6 +130,12 @@ class Executor {
     }
 
   private:
+    // a tensor an expression computed, named by its text
+    Value named(const Expr& e, const at::Tensor& t) {
+        if (name_) name_(scenario::expression_text(e), t);
+        return {t, {}};
+    }
+
     Value evaluate(const Expr& e) {
         switch (e.kind) {
             case ExprKind::number:
@@ -134,7 +147,7 @@ class Executor {
             case ExprKind::negate: {
                 const Value operand = evaluate(e.operands[0]);
                 if (!operand.tensor.defined()) return {{}, -operand.number};
-                return {apply(e, [&] { return at::neg(operand.tensor); }), {}};
+                return named(e, apply(e, [&] { return at::neg(operand.tensor); }));
             }
             case ExprKind::add:
             case ExprKind::subtract:
@@ -144,10 +157,10 @@ class Executor {
                 const Value right = evaluate(e.operands[1]);
                 if (!left.tensor.defined() && !right.tensor.defined())
                     return {{}, fold(e, left.number, right.number)};
-                return {apply(e, [&] { return arithmetic(e.kind, left, right); }), {}};
+                return named(e, apply(e, [&] { return arithmetic(e.kind, left, right); }));
             }
             case ExprKind::call:
-                return {call(e), {}};
+                return named(e, call(e));
             case ExprKind::string:
                 break;
         }
@@ -271,7 +284,7 @@ class Executor {
                     return t(0).to(to_scalar_type(*dtype));
                 }
                 case Function::rotary:
-                    return rotary(t(0), t(1));
+                    return rotary(t(0), t(1), scenario::expression_text(e.operands[1]), name_);
                 case Function::transpose:
                     return at::transpose(t(0), whole(args[1].number, "dim0"),
                                          whole(args[2].number, "dim1"));
@@ -330,6 +343,7 @@ class Executor {
 
     const Prologue& prologue_;
     const TensorMap& env_;
+    Namer name_;
     const std::string* target_ = nullptr;
 };
 
@@ -364,7 +378,7 @@ TensorMap run_prologue(const scenario::Prologue& prologue, TensorMap env,
     if (hooks.on_input)
         for (const auto& [name, tensor] : env) hooks.on_input(name, tensor);
     const at::DeviceType device = env.empty() ? at::kCPU : env.begin()->second.device().type();
-    Executor executor(prologue, env);
+    Executor executor(prologue, env, hooks.on_value);
     std::optional<trace::AutocastGuard> region;
     switch (prologue.autocast) {
         case scenario::AutocastMode::off:

@@ -38,6 +38,9 @@ struct PrologueHooks {
     std::function<void(const std::string& name, const at::Tensor& tensor)> on_input;
     /// the value of each assignment, right after its line ran
     std::function<void(const std::string& name, const at::Tensor& tensor)> on_assign;
+    /// each tensor an expression or a function's inner step computes, with its text
+    /// ("normalize(q)", "q * scale_mul", "cos(freqs)"), so that findings name it
+    std::function<void(const std::string& text, const at::Tensor& tensor)> on_value;
 };
 
 /// Draws the prologue's declared tensors at their (resolved) shapes: drawn in fp64 and rounded

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 
@@ -695,6 +696,75 @@ std::vector<std::string> function_names() {
 const std::vector<DType>& prologue_dtypes() {
     static const std::vector<DType> dtypes = {DType::fp64, DType::fp32, DType::fp16, DType::bf16};
     return dtypes;
+}
+
+namespace {
+
+// binding strength: sums, products, unary minus, primaries
+int precedence(ExprKind kind) {
+    switch (kind) {
+        case ExprKind::add:
+        case ExprKind::subtract:
+            return 1;
+        case ExprKind::multiply:
+        case ExprKind::divide:
+            return 2;
+        case ExprKind::negate:
+            return 3;
+        default:
+            return 4;
+    }
+}
+
+std::string written(const Expr& e) {
+    switch (e.kind) {
+        case ExprKind::number: {
+            char buf[32];
+            if (e.integer)
+                std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(e.number));
+            else
+                std::snprintf(buf, sizeof buf, "%g", e.number);
+            return buf;
+        }
+        case ExprKind::name:
+            return e.text;
+        case ExprKind::string:
+            return "\"" + e.text + "\"";
+        case ExprKind::call: {
+            std::string out = e.text + "(";
+            for (std::size_t i = 0; i < e.operands.size(); ++i)
+                out += (i ? ", " : "") + written(e.operands[i]);
+            return out + ")";
+        }
+        case ExprKind::negate: {
+            const std::string operand = written(e.operands[0]);
+            return precedence(e.operands[0].kind) < 3 ? "-(" + operand + ")" : "-" + operand;
+        }
+        default: {
+            static const char* const symbol[] = {" + ", " - ", " * ", " / "};
+            const int p = precedence(e.kind);
+            const auto side = [&](const Expr& x, bool right) {
+                // a right operand of equal precedence keeps its parentheses: a - (b - c)
+                const bool wrap = precedence(x.kind) < p || (right && precedence(x.kind) == p);
+                return wrap ? "(" + written(x) + ")" : written(x);
+            };
+            const int op = static_cast<int>(e.kind) - static_cast<int>(ExprKind::add);
+            return side(e.operands[0], false) + symbol[op] + side(e.operands[1], true);
+        }
+    }
+}
+
+}  // namespace
+
+std::string expression_text(const Expr& e) {
+    constexpr std::size_t kMax = 60;
+    const std::string text = written(e);
+    if (text.size() <= kMax) return text;
+    // cut at a character boundary: UTF-8 continuation bytes stay with their lead byte
+    std::size_t head = kMax / 2, tail = text.size() - kMax / 2 + 1;
+    while (head > 0 && (static_cast<unsigned char>(text[head]) & 0xC0) == 0x80) --head;
+    while (tail < text.size() && (static_cast<unsigned char>(text[tail]) & 0xC0) == 0x80) ++tail;
+    return text.substr(0, head) + "…" + text.substr(tail);
 }
 
 }  // namespace lav::scenario

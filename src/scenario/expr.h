@@ -51,6 +51,10 @@ struct ProgramNames {
 std::vector<Statement> parse_program(const SourceText& source, const ProgramNames* names,
                                      DiagnosticList& diags);
 
+/// `e` written back as ops text ("normalize(q) * scale_mul"), with the parentheses its
+/// precedence needs; longer than 60 characters, cut in the middle with "…".
+std::string expression_text(const Expr& e);
+
 /// The name of a function as ops spell it: "addcmul", "rms_norm", ...
 std::string_view function_name(Function function);
 

@@ -109,6 +109,18 @@ TEST(Seeds, RotaryWithFp32FreqsLeavesVAlone) {
     EXPECT_TRUE(has(fs, "BOUNDARY_MISMATCH", "k", "as fp32"));
     EXPECT_FALSE(has(fs, "BOUNDARY_MISMATCH", "v"));
     EXPECT_TRUE(has(fs, "PROMOTION", "q"));
+    // operands are named by the expression that made them, never by an op number, and the
+    // promotion that entered at rotary's cos and at its sin is one finding
+    EXPECT_TRUE(has(fs, "PROMOTION", "q",
+                    "operand sin(freqs): fp32; also at aten::mul, operand "
+                    "cos(freqs): fp32"));
+    int promotions_of_q = 0;
+    for (const auto& f : fs) {
+        promotions_of_q += f.kind == "PROMOTION" && f.tensor == "q";
+        EXPECT_EQ(f.message.find('#'), std::string::npos) << f.message;
+        EXPECT_EQ(f.history.find('#'), std::string::npos) << f.history;
+    }
+    EXPECT_EQ(promotions_of_q, 1);
 }
 
 // rel_rmse of `tensor` in the record of `variant`, forward, with states stored in `state`.

@@ -157,6 +157,27 @@ TEST(OpsParser, ResolvesEveryFunction) {
     EXPECT_EQ(seen, std::set<std::string>(all.begin(), all.end()));
 }
 
+TEST(OpsParser, ExpressionsAreWrittenBackWithTheParenthesesTheyNeed) {
+    const auto statements = parse_clean(
+        "a = normalize(q) * scale_mul\n"
+        "b = (q - k) * 2\n"
+        "c = q - (k - 1.5)\n"
+        "d = -(q + k)\n"
+        "e = to(q, \"fp16\")\n"
+        "f = q + k * 2");
+    const char* expected[] = {
+        "normalize(q) * scale_mul", "(q - k) * 2", "q - (k - 1.5)", "-(q + k)",
+        "to(q, \"fp16\")",          "q + k * 2"};
+    ASSERT_EQ(statements.size(), 6u);
+    for (size_t i = 0; i < 6; ++i) EXPECT_EQ(expression_text(statements[i].value), expected[i]);
+    // a long one keeps its ends
+    const std::string sum = "s = " + std::string(40, 'q') + " + " + std::string(40, 'k');
+    const std::string text = expression_text(parse_clean(sum)[0].value);
+    EXPECT_EQ(text.rfind("qqqq", 0), 0u) << text;
+    EXPECT_NE(text.find("…"), std::string::npos) << text;
+    EXPECT_LE(text.size(), 63u) << text;
+}
+
 TEST(OpsParser, LocatesTokensAndExpressions) {
     // columns:  1   5          16  20 23 25     31
     const auto statements = parse_clean("k = addcmul(k, k * (a - 1.0), k_a)\nq = q");
