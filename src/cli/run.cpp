@@ -238,14 +238,6 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                      max_threads(), " (four per hardware thread of this machine), got ", threads);
         at::set_num_threads(threads);
     }
-    LAV_CHECK_AS(UsageError, resume.empty() || !vm.count("out") || out == resume,
-                 "--resume F writes to F itself; drop --out");
-    if (!resume.empty()) out = resume;
-    // one run writes a report at a time, and a device or FIFO is never replaced by one
-    const report::OutputLock lock(out);
-    for (const auto& stale : report::stale_temporaries(out))
-        std::cerr << "lav: warning: " << stale
-                  << " was left by a lav that was killed while writing this report; remove it\n";
     harness::Registry registry;
     harness::register_all(registry);
     std::vector<std::string> provided;  // "name version ..." of each provider, for the report
@@ -290,6 +282,15 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                  case_id.empty() ? "" : " (no case has the --case id)",
                  skipped_long ? "; long cases need --long" : "");
 
+    LAV_CHECK_AS(UsageError, resume.empty() || !vm.count("out") || out == resume,
+                 "--resume F writes to F itself; drop --out");
+    if (!resume.empty()) out = resume;
+    // one run writes a report at a time, and a device or FIFO is never replaced by one;
+    // checked once the scenarios are, and before any case runs
+    const report::OutputLock lock(out);
+    for (const auto& stale : report::stale_temporaries(out))
+        std::cerr << "lav: warning: " << stale
+                  << " was left by a lav that was killed while writing this report; remove it\n";
     // a resumed run keeps the records it has and runs only cases with a record still missing
     std::set<std::string> kept;
     std::unique_ptr<report::ReportWriter> writer;

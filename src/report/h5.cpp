@@ -325,11 +325,15 @@ void File::flush() const {
 
 File File::open_read_only(const std::string& path) {
     silence_error_printing();
-    // as File::create: HDF5 refuses to open a file twice in one process with locking set
-    // differently, and lav reads reports its own ReportWriter holds open
-    Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    if (access.get() >= 0) H5Pset_file_locking(access.get(), false, true);
-    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get());
+    // HDF5's shared lock tells a running ReportWriter that this file is being read; HDF5
+    // refuses it for a file this process writes (File::create opens without locks), which
+    // is then read without one
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (file < 0) {
+        Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+        if (access.get() >= 0) H5Pset_file_locking(access.get(), false, true);
+        file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get());
+    }
     File out(Handle(file, H5Fclose), path, ExitCode::kUsage);
     if (file < 0) out.fail("open the file", "");
     return out;

@@ -33,16 +33,16 @@ constexpr size_t kPathBytes = 4096;
 struct Slot {
     std::atomic<bool> used{false};
     std::atomic<bool> active{false};
+    // a child forked to run a case inherits the slots, and must not remove its parent's files
+    std::atomic<pid_t> owner{0};
     char path[kPathBytes];
 };
 std::array<Slot, kSlots> slots;
-// a child forked to run a case inherits the handler, and must not remove its parent's files
-std::atomic<pid_t> owner{0};
 
 extern "C" void remove_temporaries_and_die(int signal) {
-    if (::getpid() == owner.load())
-        for (Slot& slot : slots)
-            if (slot.active.load()) ::unlink(slot.path);
+    const pid_t self = ::getpid();
+    for (Slot& slot : slots)
+        if (slot.active.load() && slot.owner.load() == self) ::unlink(slot.path);
     // die of the same signal, so that the parent sees how the run ended
     ::signal(signal, SIG_DFL);
     ::raise(signal);
@@ -50,7 +50,6 @@ extern "C" void remove_temporaries_and_die(int signal) {
 
 void install_handlers() {
     static const bool kInstalled = [] {
-        owner.store(::getpid());
         for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
             struct sigaction current {};
             // a handler someone else installed (an embedded interpreter's) stays
@@ -75,6 +74,7 @@ int register_path(const std::string& path) {
         bool expected = false;
         if (!slots[i].used.compare_exchange_strong(expected, true)) continue;
         std::memcpy(slots[i].path, path.c_str(), path.size() + 1);
+        slots[i].owner.store(::getpid());
         slots[i].active.store(true);
         return static_cast<int>(i);
     }

@@ -1,5 +1,7 @@
 // src/report/report_writer.cpp — ReportWriter: two files take turns being the report, so that a
 // case is appended to each once, in place, and the report is still replaced in one step.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,6 +18,26 @@ namespace {
 constexpr size_t kSummaryChunkRows = 64;
 
 constexpr const char* kNote = "\nnote: reports go to a folder lav can create and write, with room";
+
+/// An exclusive flock on a file while it is appended to, unless a reader has the file open:
+/// HDF5 (h5py's too) holds a shared flock on a file it reads.
+class Unread {
+  public:
+    explicit Unread(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+        if (fd_ >= 0 && ::flock(fd_, LOCK_EX | LOCK_NB) != 0) release();
+    }
+    ~Unread() { release(); }
+    Unread(const Unread&) = delete;
+    Unread& operator=(const Unread&) = delete;
+    bool held() const { return fd_ >= 0; }
+    void release() {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = -1;
+    }
+
+  private:
+    int fd_;
+};
 
 }  // namespace
 
@@ -67,6 +89,11 @@ void ReportWriter::publish(bool last) {
     try {
         const std::filesystem::path folder = std::filesystem::path(path_).parent_path();
         if (!folder.empty()) std::filesystem::create_directories(folder);
+        // a reader that opened this copy while it was in place would see it change: it keeps
+        // that file, and a new copy is written from the start; the lock keeps a reader that
+        // comes late off it until it is complete
+        Unread unread(slot ? slot->name.path() : std::string());
+        if (slot && !unread.held()) slot.reset();
         if (!slot) slot = std::make_unique<Copy>(temporary_name(path_, "tmp"), report_);
         Copy& copy = *slot;
         const size_t count = report_.cases.size();
@@ -77,6 +104,7 @@ void ReportWriter::publish(bool last) {
         h5::write_attribute(copy.file, "case_count", static_cast<int32_t>(count));
         h5::write_attribute(copy.file, "complete", int32_t{report_.complete ? 1 : 0});
         copy.file.flush();
+        unread.release();
         // one step from the previous report to this one, whenever the process dies
         std::filesystem::rename(copy.name.path(), path_);
         // a second name, to catch this copy up again once the other has taken its place; a file

@@ -2,6 +2,7 @@
 // kills.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -306,6 +307,88 @@ TEST(Cli, GateBaselineDiffAndJunit) {
     EXPECT_EQ(diff.code, 0) << diff.output;
     EXPECT_NE(diff.output.find("environment:"), std::string::npos) << diff.output;
     EXPECT_NE(diff.output.find("only in A:"), std::string::npos) << diff.output;
+}
+
+/// Starts `lav run long_run.toml --out out` in the background; returns its pid once it holds
+/// the report's lock.
+pid_t start_long_run(const fs::path& out) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+        if (chdir(LAV_SOURCE_DIR) != 0) _exit(127);
+        execl(LAV_BINARY, LAV_BINARY, "run", "tests/data/scenarios/cli/long_run.toml", "--out",
+              out.c_str(), "--threads", "1", static_cast<char*>(nullptr));
+        _exit(127);
+    }
+    for (int i = 0; i < 600 && !fs::exists(out.string() + ".lock"); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return pid;
+}
+
+TEST(Cli, SecondRunOnOneReportExitsThreeNamingTheFirst) {
+    const fs::path out = scratch("shared.h5");
+    fs::remove(out);
+    const pid_t first = start_long_run(out);
+    const Result second =
+        lav("run tests/data/scenarios/cli/impossible_tolerance.toml --out " + out.string());
+    kill(first, SIGKILL);
+    waitpid(first, nullptr, 0);
+    EXPECT_EQ(second.code, 3) << second.output;
+    EXPECT_NE(second.output.find("pid " + std::to_string(first)), std::string::npos)
+        << second.output;
+
+    // the killed run's temporaries are named by the next run, which then writes the report
+    const Result next =
+        lav("run tests/data/scenarios/cli/impossible_tolerance.toml --out " + out.string());
+    EXPECT_EQ(next.code, 1) << next.output;
+    EXPECT_NE(next.output.find("warning: " + out.string() + "." + std::to_string(first)),
+              std::string::npos)
+        << next.output;
+    EXPECT_EQ(report::read_report(out.string()).cases.size(), 1u);
+}
+
+TEST(Cli, OutOntoAFifoOrAFolderExitsTwoAndLeavesIt) {
+    const fs::path fifo = scratch("out.fifo");
+    fs::remove(fifo);
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+    for (const fs::path& out : {fifo, scratch("folder")}) {
+        fs::create_directories(scratch("folder"));
+        const Result run =
+            lav("run tests/data/scenarios/cli/impossible_tolerance.toml --out " + out.string());
+        EXPECT_EQ(run.code, 2) << run.output;
+        EXPECT_EQ(run.output.find("cli_impossible_tolerance/chunk"), std::string::npos)
+            << "a case ran: " << run.output;
+    }
+    EXPECT_TRUE(fs::is_fifo(fifo));
+    EXPECT_TRUE(fs::is_directory(scratch("folder")));
+}
+
+TEST(Cli, GateRefusesUntrustedInputsAndNeverReplacesTheRun) {
+    const fs::path run = scratch("trust_run.h5");
+    const fs::path base = scratch("trust_base.h5");
+    ASSERT_EQ(lav("run scenarios/smoke/simple_gla_varlen.toml --out " + run.string()).code, 0);
+    const auto before = fs::last_write_time(run);
+    const Result onto_run =
+        lav("gate " + run.string() + " --baseline " + run.string() + " --update-baseline");
+    EXPECT_EQ(onto_run.code, 2) << onto_run.output;
+    EXPECT_EQ(fs::last_write_time(run), before);
+    EXPECT_EQ(report::read_report(run.string()).cases.front().contract.items.empty(), false);
+
+    // an incomplete baseline, and one with a case twice
+    report::Report incomplete = report::read_report(run.string());
+    incomplete.complete = false;
+    report::write_report(base.string(), incomplete);
+    const Result refused = lav("gate " + run.string() + " --baseline " + base.string());
+    EXPECT_EQ(refused.code, 2) << refused.output;
+    EXPECT_NE(refused.output.find(base.string()), std::string::npos) << refused.output;
+    EXPECT_EQ(
+        lav("gate " + run.string() + " --baseline " + base.string() + " --allow-incomplete").code,
+        0);
+    report::Report twice = report::read_report(run.string());
+    twice.cases.push_back(twice.cases.front());
+    report::write_report(base.string(), twice);
+    const Result duplicate = lav("gate " + run.string() + " --baseline " + base.string());
+    EXPECT_EQ(duplicate.code, 2) << duplicate.output;
+    EXPECT_NE(duplicate.output.find(twice.cases.front().id), std::string::npos) << duplicate.output;
 }
 
 TEST(Cli, CorruptFilesExitTwo) {

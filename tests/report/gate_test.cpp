@@ -7,8 +7,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
+#include "core/error.h"
 #include "report/diff.h"
 #include "report/junit.h"
 #include "sample_report.h"
@@ -128,12 +130,142 @@ TEST(Gate, VerdictChangeAndNaNRegress) {
     EXPECT_TRUE(nan);
 }
 
-TEST(Gate, BaselineKeepsMeasuresOnlyAndRoundTrips) {
-    const Report run = sample();
+/// The message of the ReportError check_gate_input throws; "" (and a failure) when none.
+std::string refusal(const Report& r, bool baseline, const GateOptions& options = {}) {
+    try {
+        check_gate_input(r, "file.h5", baseline, options);
+    } catch (const ReportError& e) {
+        EXPECT_EQ(e.exit_code(), ExitCode::kUsage);
+        return e.what();
+    }
+    ADD_FAILURE() << "not refused";
+    return "";
+}
+
+Report finite_sample() {
+    Report r = sample();
+    row(r, 1, "dq").rel_rmse = 4e-3;
+    row(r, 1, "dq").max_rel = 5e-2;
+    return r;
+}
+
+TEST(GateInput, NonfiniteBaselineIsRefusedUnlessAllowed) {
+    for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+        Report base = finite_sample();
+        row(base, 0, "ht").max_rel = bad;
+        const std::string what = refusal(base, true);
+        EXPECT_NE(what.find("file.h5"), std::string::npos) << what;
+        EXPECT_NE(what.find(base.cases[0].id + " tensor ht"), std::string::npos) << what;
+        EXPECT_NE(what.find("--allow-nonfinite-baseline"), std::string::npos) << what;
+        GateOptions allowed;
+        allowed.allow_nonfinite_baseline = true;
+        EXPECT_NO_THROW(check_gate_input(base, "file.h5", true, allowed));
+        // a run's NaN is a result to gate, not a broken input
+        EXPECT_NO_THROW(check_gate_input(base, "file.h5", false, {}));
+    }
+}
+
+TEST(GateInput, NonfiniteBaselineAllowedNeverHidesARunFarWorse) {
+    Report base = finite_sample();
+    row(base, 0, "o").rel_rmse = std::numeric_limits<double>::infinity();
+    Report run = finite_sample();
+    row(run, 0, "o").rel_rmse = std::nan("");
+    GateOptions options;
+    options.allow_nonfinite_baseline = true;
+    EXPECT_FALSE(gate(run, base, options).passed(options));  // Inf -> NaN
+    row(run, 0, "o").rel_rmse = 0.5;
+    const GateResult fixed = gate(run, base, options);
+    EXPECT_TRUE(fixed.passed(options));  // a finite value where the baseline had none
+    ASSERT_EQ(fixed.improvements.size(), 1u);
+}
+
+TEST(GateInput, DuplicateIdsAreRefusedInRunAndBaseline) {
+    Report r = finite_sample();
+    r.cases.push_back(r.cases[0]);
+    for (const bool baseline : {false, true}) {
+        const std::string what = refusal(r, baseline);
+        EXPECT_NE(what.find(r.cases[0].id + " is in the"), std::string::npos) << what;
+        EXPECT_NE(what.find("twice"), std::string::npos) << what;
+    }
+}
+
+TEST(GateInput, NegativeMeasureIsRefused) {
+    Report r = finite_sample();
+    row(r, 1, "o").rel_rmse = -1e-3;
+    for (const bool baseline : {false, true}) {
+        const std::string what = refusal(r, baseline);
+        EXPECT_NE(what.find(r.cases[1].id + " tensor o has rel_rmse -0.001"), std::string::npos)
+            << what;
+    }
+}
+
+TEST(GateInput, IncompleteReportIsRefusedUnlessAllowed) {
+    Report r = finite_sample();
+    r.complete = false;
+    for (const bool baseline : {false, true}) {
+        const std::string what = refusal(r, baseline);
+        EXPECT_NE(what.find("incomplete (complete = 0)"), std::string::npos) << what;
+        EXPECT_NE(what.find("--allow-incomplete"), std::string::npos) << what;
+    }
+    GateOptions allowed;
+    allowed.allow_incomplete = true;
+    EXPECT_NO_THROW(check_gate_input(r, "file.h5", true, allowed));
+}
+
+TEST(Gate, NonfiniteInANewTensorOrCaseRegresses) {
+    const Report base = finite_sample();
+    Report run = base;
+    MetricRow extra = run.cases[0].metrics[0];
+    extra.tensor = "dh0";
+    extra.nonfinite = 2;
+    extra.rel_rmse = std::nan("");
+    run.cases[0].metrics.push_back(extra);
+    GateOptions options;
+    GateResult g = gate(run, base, options);
+    EXPECT_FALSE(g.passed(options));
+    ASSERT_FALSE(g.regressions.empty());
+    EXPECT_EQ(g.regressions[0].tensor, "dh0");
+    EXPECT_NE(g.regressions[0].note.find("new tensor"), std::string::npos);
+
+    run = base;
+    run.cases.push_back(samples::passing_case());
+    run.cases.back().id = "new[case]/chunk/cpu/fwd";
+    run.cases.back().metrics[0].nonfinite = 1;
+    options.allow_missing = true;
+    g = gate(run, base, options);
+    EXPECT_FALSE(g.passed(options));
+    ASSERT_EQ(g.regressions.size(), 1u);
+    EXPECT_EQ(g.regressions[0].case_id, "new[case]/chunk/cpu/fwd");
+}
+
+TEST(Gate, ANewDtypeFindingRegressesAKnownOneDoesNot) {
+    Report base = sample();
+    base.cases[0].verdict = "warn";
+    base.cases[0].findings = {{"PROMOTION", "k", "k: fp16 -> fp32 at aten::addcmul", "k: ..."}};
+    Report run = base;
+    const GateOptions options;
+    EXPECT_TRUE(gate(run, make_baseline(base), options).passed(options));
+    run.cases[0].findings.push_back(
+        {"BOUNDARY_MISMATCH", "q", "q reaches simple_gla as fp32", "q: ..."});
+    const GateResult g = gate(run, make_baseline(base), options);
+    EXPECT_FALSE(g.passed(options));
+    ASSERT_EQ(g.regressions.size(), 1u);
+    EXPECT_EQ(g.regressions[0].measure, "BOUNDARY_MISMATCH");
+    EXPECT_EQ(g.regressions[0].tensor, "q");
+    EXPECT_NE(g.regressions[0].note.find("the baseline did not have"), std::string::npos);
+    // a finding that is not about dtypes is no regression by itself
+    run.cases[0].findings.pop_back();
+    run.cases[0].findings.push_back({"CHUNK_BOUNDARY", "dg", "edges 3x", ""});
+    EXPECT_TRUE(gate(run, make_baseline(base), options).passed(options));
+}
+
+TEST(Gate, BaselineKeepsMeasuresAndDtypeFindingsOnlyAndRoundTrips) {
+    Report run = sample();
+    run.cases[0].findings.push_back({"CHUNK_BOUNDARY", "dg", "edges 3x", ""});
     const Report base = make_baseline(run);
     for (const auto& c : base.cases) {
         EXPECT_TRUE(c.drift.empty());
-        EXPECT_TRUE(c.findings.empty());
+        for (const auto& f : c.findings) EXPECT_TRUE(is_dtype_finding(f.kind)) << f.kind;
         EXPECT_TRUE(c.contract.items.empty());
         EXPECT_TRUE(c.trace.empty());
         EXPECT_FALSE(c.metrics.empty());

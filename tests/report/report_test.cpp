@@ -3,18 +3,27 @@
 #include "report/report.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <numeric>
 #include <random>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "report/console.h"
 #include "report/h5.h"
+#include "report/layout.h"
 #include "sample_report.h"
 
 namespace lav::report {
@@ -245,6 +254,107 @@ TEST_F(ReportWriterFile, HoldsExactlyTheFinishedCasesAfterEachAdd) {
     EXPECT_EQ(names, std::vector<std::string>{"run.h5"});
 }
 
+/// Case `i` of a big run of small cases.
+CaseRecord tiny_case(size_t i) {
+    CaseRecord c = passing_case();
+    c.id = "tiny[seed=" + std::to_string(i) + "]/chunk/cpu/fwd";
+    c.seed = i;
+    return c;
+}
+
+std::vector<CaseRecord> tiny_cases(size_t count) {
+    std::vector<CaseRecord> cases;
+    for (size_t i = 0; i < count; ++i) cases.push_back(tiny_case(i));
+    return cases;
+}
+
+ino_t inode_of(const std::string& file) {
+    struct stat status {};
+    EXPECT_EQ(stat(file.c_str(), &status), 0) << file;
+    return status.st_ino;
+}
+
+TEST_F(ReportWriterFile, AppendsToTwoFilesInPlaceInsteadOfRewriting) {
+    // a report rewritten whole after each case is a new file each time
+    const std::string target = path("run.h5");
+    ReportWriter writer(target, sample_run());
+    std::set<ino_t> files{inode_of(target)};
+    for (const CaseRecord& c : tiny_cases(12)) {
+        writer.add(c);
+        files.insert(inode_of(target));
+    }
+    EXPECT_EQ(files.size(), 2u);
+    writer.finish();
+    const Report read = read_report(target);
+    EXPECT_TRUE(read.complete);
+    EXPECT_EQ(read.cases.size(), 12u);
+}
+
+TEST_F(ReportWriterFile, AnAddCostsTheSameLateAsEarly) {
+    // process CPU time, steadier than wall time on a shared machine; rewriting the whole report
+    // would make the last adds about ten times dearer than the first
+    const std::vector<CaseRecord> cases = tiny_cases(400);
+    ReportWriter writer(path("run.h5"), sample_run());
+    std::vector<double> cpu;
+    for (const CaseRecord& c : cases) {
+        const std::clock_t before = std::clock();
+        writer.add(c);
+        cpu.push_back(static_cast<double>(std::clock() - before) / CLOCKS_PER_SEC);
+    }
+    const auto sum = [&](size_t first) {
+        return std::accumulate(cpu.begin() + static_cast<ptrdiff_t>(first),
+                               cpu.begin() + static_cast<ptrdiff_t>(first + 50), 0.0);
+    };
+    EXPECT_LT(sum(cases.size() - 50), 3 * sum(10) + 0.05)
+        << "first adds " << sum(10) << " s, last adds " << sum(cases.size() - 50) << " s";
+}
+
+TEST_F(ReportWriterFile, KilledAtAnyMomentLeavesAReadableIncompleteReport) {
+    const std::string target = path("run.h5");
+    std::mt19937 random(7);
+    for (int attempt = 0; attempt < 12; ++attempt) {
+        fs::remove(target);
+        const pid_t child = fork();
+        ASSERT_GE(child, 0);
+        if (child == 0) {
+            ReportWriter writer(target, sample_run());
+            for (size_t i = 0;; ++i) writer.add(tiny_case(i));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(20000 + random() % 80000));
+        kill(child, SIGKILL);
+        waitpid(child, nullptr, 0);
+        if (!fs::exists(target)) continue;  // killed before the first report was in place
+        const Report read = read_report(target);
+        EXPECT_FALSE(read.complete);
+        for (size_t i = 0; i < read.cases.size(); ++i) EXPECT_EQ(read.cases[i].id, tiny_case(i).id);
+    }
+}
+
+TEST_F(ReportWriterFile, DroppedUnfinishedKeepsTheLastReportAndNoTemporary) {
+    const std::string target = path("run.h5");
+    {
+        ReportWriter writer(target, sample_run());
+        for (const CaseRecord& c : tiny_cases(3)) writer.add(c);
+    }
+    const Report read = read_report(target);
+    EXPECT_FALSE(read.complete);
+    EXPECT_EQ(read.cases.size(), 3u);
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(folder_))
+        names.push_back(entry.path().filename().string());
+    EXPECT_EQ(names, std::vector<std::string>{"run.h5"});
+}
+
+TEST_F(ReportWriterFile, RefusesADeviceOrAFifo) {
+    const std::string fifo = path("fifo");
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+    EXPECT_THROW(ReportWriter(fifo, sample_run()), UsageError);
+    EXPECT_THROW(write_report(fifo, sample_report()), UsageError);
+    struct stat status {};
+    ASSERT_EQ(stat(fifo.c_str(), &status), 0);
+    EXPECT_TRUE(S_ISFIFO(status.st_mode));
+}
+
 TEST_F(ReportWriterFile, CreatesMissingFolders) {
     const std::string target = path("nested/deeper/run.h5");
     ReportWriter writer(target, sample_run());
@@ -295,6 +405,29 @@ void expect_usage_error_naming(const std::string& file, const std::string& words
     EXPECT_NE(what.find(file), std::string::npos) << what;
     EXPECT_NE(what.find(words), std::string::npos) << what;
     EXPECT_NE(what.find("note: "), std::string::npos) << what;
+}
+
+TEST_F(ReadReportError, SummaryThatSaysOtherThanItsCase) {
+    // /summary says the failing case passed: pandas readers of the summary would be misled
+    Report report = sample_report();
+    std::vector<CaseRecord> claimed = report.cases;
+    claimed[1].verdict = "pass";
+    const std::string file = path("run.h5");
+    {
+        h5::File out = h5::File::create(file);
+        layout::write_run(out, report);
+        h5::write_table(out, "summary", layout::summary_rows(claimed, 0, claimed.size()));
+        h5::Group cases = out.create_group("cases");
+        for (size_t i = 0; i < report.cases.size(); ++i)
+            layout::write_case(cases, i, report.cases[i]);
+        out.close();
+    }
+    const ReportError e = report_error_of([&] { read_report(file); });
+    const std::string what = e.what();
+    EXPECT_EQ(e.exit_code(), ExitCode::kUsage) << what;
+    EXPECT_NE(what.find(file), std::string::npos) << what;
+    EXPECT_NE(what.find(report.cases[1].id), std::string::npos) << what;
+    EXPECT_NE(what.find("verdict"), std::string::npos) << what;
 }
 
 TEST_F(ReadReportError, MissingFile) {
