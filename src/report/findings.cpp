@@ -30,4 +30,15 @@ bool is_dtype_finding(const std::string& kind) {
     return std::find(dtype_kinds.begin(), dtype_kinds.end(), kind) != dtype_kinds.end();
 }
 
+std::string finding_summary(const CaseRecord& record) {
+    std::vector<std::string> kinds;
+    for (const Finding& f : record.findings) {
+        if (f.kind == "EQUIVALENCE" || f.kind == "DECOMPOSITION") continue;
+        if (std::find(kinds.begin(), kinds.end(), f.kind) == kinds.end()) kinds.push_back(f.kind);
+    }
+    std::string out;
+    for (const auto& k : kinds) out += (out.empty() ? "" : ", ") + k;
+    return out;
+}
+
 }  // namespace lav::report

@@ -41,9 +41,21 @@ void check_new_tensor(const std::string& case_id, const MetricRow& row, const Ga
 
 void compare_case(const CaseRecord& run, const CaseRecord& base, const GateOptions& options,
                   GateResult& result) {
-    if (base.verdict == "pass" && run.verdict != "pass")
+    // a warning is a verdict with a dtype finding: the findings below tell what is new
+    const auto good = [](const std::string& v) { return v == "pass" || v == "warn"; };
+    if (good(base.verdict) && !good(run.verdict))
         result.regressions.push_back({run.id, "", "verdict", 0, 0,
                                       base.verdict + " -> " + run.verdict + ": " + run.message});
+    for (const Finding& f : run.findings) {
+        if (!is_dtype_finding(f.kind)) continue;
+        bool known = false;
+        for (const Finding& b : base.findings)
+            known = known || (b.kind == f.kind && b.tensor == f.tensor);
+        if (!known)
+            result.regressions.push_back(
+                {run.id, f.tensor, f.kind, 0, 0,
+                 "a dtype finding the baseline did not have: " + f.message});
+    }
     for (const auto& b : base.metrics) {
         const MetricRow* r = nullptr;
         for (const auto& row : run.metrics)
@@ -157,7 +169,11 @@ Report make_baseline(const Report& run) {
     for (auto& c : base.cases) {
         c.drift.clear();
         c.contract = {};
-        c.findings.clear();
+        // the dtype findings stay: the gate fails on one the baseline did not have
+        std::vector<Finding> kept;
+        for (const Finding& f : c.findings)
+            if (is_dtype_finding(f.kind)) kept.push_back(f);
+        c.findings = kept;
         c.trace.clear();
     }
     return base;

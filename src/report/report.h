@@ -61,6 +61,12 @@ const std::vector<std::string>& finding_kinds();
 /// with one of these and no failed measure is "warn", not "pass".
 bool is_dtype_finding(const std::string& kind);
 
+struct CaseRecord;
+
+/// The kinds of `record`'s findings that are not informational (EQUIVALENCE, DECOMPOSITION),
+/// each once, in order: "PROMOTION, BOUNDARY_MISMATCH"; "" for none. /summary's findings column.
+std::string finding_summary(const CaseRecord& record);
+
 /// A finding; `kind` is one of finding_kinds().
 struct Finding {
     std::string kind;

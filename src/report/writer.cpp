@@ -65,6 +65,7 @@ h5::Table summary_rows(const std::vector<CaseRecord>& all, size_t begin, size_t 
         {"layout", column_of(cases, [](const C& c) { return c.layout; })},
         {"shape", column_of(cases, [](const C& c) { return c.shape; })},
         {"verdict", column_of(cases, [](const C& c) { return c.verdict; })},
+        {"findings", column_of(cases, [](const C& c) { return finding_summary(c); })},
         {"worst_tensor", column_of(cases,
                                    [](const C& c) {
                                        const MetricRow* w = c.worst();
