@@ -25,10 +25,26 @@ int cmd_diff(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 
 /// Parses `args` against `options` (positional arguments fill `positional`'s names). Prints
-/// `usage` and the options and returns false on --help; throws UsageError on bad arguments.
+/// `usage` and the options (less the positional ones) and returns false on --help; throws
+/// UsageError on bad arguments.
 bool parse_args(const std::vector<std::string>& args, const po::options_description& options,
                 const po::positional_options_description& positional, const std::string& usage,
                 po::variables_map& vm);
+
+/// "usage: lav <command> <paths>... [--out F] [--long] ...": the positional arguments by their
+/// value names, then every other option of `options`, wrapped at 100 columns.
+std::string usage_line(const std::string& command, const po::options_description& options,
+                       const po::positional_options_description& positional);
+
+/// Whether stdout gets colours under --color `mode` (auto, always, never): auto is a terminal
+/// without NO_COLOR in the environment. Throws UsageError for another mode.
+bool use_color(const std::string& mode);
+
+/// The variable lav sets beside OMP_WAIT_POLICY when it chose the policy itself (main.cpp).
+inline constexpr const char kWaitPolicySetByLav[] = "LAV_SET_OMP_WAIT_POLICY";
+
+/// "threads: 2 LibTorch threads, OMP_WAIT_POLICY=PASSIVE (set by lav)": what --verbose says.
+std::string threading_note();
 
 /// "8G", "512M", "1048576" → bytes: whole digits and an optional K, M, G or T (powers of 1024,
 /// either case), at least 1M. Throws UsageError saying the accepted form for anything else.

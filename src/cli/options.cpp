@@ -1,8 +1,11 @@
 // src/cli/options.cpp — argument parsing, memory sizes and scenario loading shared by subcommands.
+#include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -19,6 +22,29 @@ namespace {
 // below a mebibyte no case fits, and such a limit is more likely a slip (0.5 meant as 0.5G)
 constexpr uint64_t kMinMaxMemory = uint64_t{1} << 20;
 
+constexpr size_t kUsageColumns = 100;
+
+bool unbounded(const po::positional_options_description& positional) {
+    return positional.max_total_count() == std::numeric_limits<unsigned>::max();
+}
+
+// The long names `positional` fills, in order, each once.
+std::vector<std::string> positional_names(const po::positional_options_description& positional) {
+    std::vector<std::string> names;
+    // an unbounded list repeats its last name from some position on
+    const unsigned count = unbounded(positional) ? 16u : positional.max_total_count();
+    for (unsigned i = 0; i < count; ++i) {
+        const std::string& name = positional.name_for_position(i);
+        if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+    return names;
+}
+
+bool is_positional(const po::positional_options_description& positional, const std::string& name) {
+    const std::vector<std::string> names = positional_names(positional);
+    return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 }  // namespace
 
 bool parse_args(const std::vector<std::string>& args, const po::options_description& options,
@@ -29,7 +55,11 @@ bool parse_args(const std::vector<std::string>& args, const po::options_descript
     try {
         po::store(po::command_line_parser(args).options(all).positional(positional).run(), vm);
         if (vm.count("help")) {
-            std::cout << usage << "\n\n" << all << "\n";
+            // positional arguments are in the usage line, not options to write as --name
+            po::options_description shown;
+            for (const auto& o : all.options())
+                if (!is_positional(positional, o->long_name())) shown.add(o);
+            std::cout << usage << "\n\noptions:\n" << shown << "\n";
             return false;
         }
         po::notify(vm);
@@ -37,6 +67,50 @@ bool parse_args(const std::vector<std::string>& args, const po::options_descript
         throw UsageError(std::string(e.what()) + "\n" + usage + "\n(see --help)");
     }
     return true;
+}
+
+std::string usage_line(const std::string& command, const po::options_description& options,
+                       const po::positional_options_description& positional) {
+    std::vector<std::string> words;
+    for (const auto& name : positional_names(positional))
+        words.push_back("<" + options.find(name, false).format_parameter() + ">" +
+                        (unbounded(positional) ? "..." : ""));
+    for (const auto& o : options.options()) {
+        if (is_positional(positional, o->long_name())) continue;
+        // the value's name without its default: "B (=auto)" -> "B"
+        const std::string format = o->format_parameter();
+        const std::string value = format.substr(0, format.find(" (="));
+        words.push_back("[--" + o->long_name() + (value.empty() ? "" : " " + value) + "]");
+    }
+    const std::string head = "usage: lav " + command;
+    std::string text = head;
+    size_t column = head.size();
+    for (const auto& w : words) {
+        if (column + 1 + w.size() > kUsageColumns) {
+            text += "\n" + std::string(head.size(), ' ');
+            column = head.size();
+        }
+        text += " " + w;
+        column += 1 + w.size();
+    }
+    return text;
+}
+
+bool use_color(const std::string& mode) {
+    if (mode == "always") return true;
+    if (mode == "never") return false;
+    LAV_CHECK_AS(UsageError, mode == "auto", "--color takes auto, always or never, got '", mode,
+                 "'");
+    return isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
+}
+
+std::string threading_note() {
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    return "threads: " + std::to_string(at::get_num_threads()) + " LibTorch threads, " +
+           (policy ? std::string("OMP_WAIT_POLICY=") + policy +
+                         (std::getenv(kWaitPolicySetByLav) ? " (set by lav)"
+                                                           : " (from the environment)")
+                   : std::string("OMP_WAIT_POLICY unset (idle threads spin)"));
 }
 
 uint64_t parse_memory_size(const std::string& text) {

@@ -44,6 +44,11 @@ std::streamsize PrintableBuf::xsputn(const char* s, std::streamsize n) {
     return n;
 }
 
+void PrintableBuf::pass_through(std::string_view codes) {
+    sync();
+    target_->sputn(codes.data(), static_cast<std::streamsize>(codes.size()));
+}
+
 int PrintableBuf::sync() {
     const std::string text = printable(line_, Breaks::keep);
     line_.clear();

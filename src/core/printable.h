@@ -27,6 +27,9 @@ class PrintableBuf : public std::streambuf {
   public:
     explicit PrintableBuf(std::streambuf* target) : target_(target) {}
     ~PrintableBuf() override { sync(); }
+    /// Writes `codes` as they are, after what came before: lav's own colours, which printable()
+    /// would escape.
+    void pass_through(std::string_view codes);
 
   protected:
     int_type overflow(int_type c) override;

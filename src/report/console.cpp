@@ -2,11 +2,12 @@
 #include "report/console.h"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "core/printable.h"
 
 namespace lav::report {
 namespace {
@@ -34,10 +35,6 @@ std::string first_code_points(const std::string& s, size_t n) {
 /// The last `n` code points of `s`.
 std::string last_code_points(const std::string& s, size_t n) {
     return s.substr(first_code_points(s, width(s) - std::min(n, width(s))).size());
-}
-
-std::string pad(const std::string& s, size_t columns) {
-    return s + std::string(columns > width(s) ? columns - width(s) : 0, ' ');
 }
 
 std::string format(const char* spec, double value) {
@@ -85,6 +82,22 @@ std::vector<const Finding*> shown_findings(const CaseRecord& r) {
     return out;
 }
 
+// lav's own colour codes go past the PrintableBuf that escapes the text around them
+void paint(std::ostream& out, const char* code) {
+    if (auto* printable = dynamic_cast<PrintableBuf*>(out.rdbuf()))
+        printable->pass_through(code);
+    else
+        out << code;
+}
+
+// a verdict word (PASS, WARN, FAIL, ERROR), green, yellow or red with colours
+void print_verdict(std::ostream& out, const std::string& word, const View& view) {
+    if (view.color)
+        paint(out, word == "PASS" ? "\x1b[32m" : word == "WARN" ? "\x1b[33m" : "\x1b[31m");
+    out << word;
+    if (view.color) paint(out, "\x1b[0m");
+}
+
 }  // namespace
 
 std::string case_of(const std::string& record_id) {
@@ -98,16 +111,32 @@ std::string plural(size_t n, const char* noun) {
     return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
-void print_summary_table(std::ostream& out, const Report& report) {
-    // id, verdict, worst tensor, rel_rmse, bound, seconds
-    using Row = std::array<std::string, 6>;
-    std::vector<Row> rows = {{"case", "verdict", "worst", "rel_rmse", "bound", "seconds"}};
+void print_columns(std::ostream& out, const std::vector<std::vector<std::string>>& rows,
+                   bool right_last, size_t verdict_column, const View& view) {
+    if (rows.empty()) return;
+    const size_t columns = rows.front().size();
+    std::vector<size_t> widths(columns, 0);
+    for (const auto& r : rows)
+        for (size_t i = 0; i < columns; ++i) widths[i] = std::max(widths[i], width(r[i]));
+    for (size_t row = 0; row < rows.size(); ++row) {
+        const auto& r = rows[row];
+        for (size_t i = 0; i < columns; ++i) {
+            const bool last = i + 1 == columns;
+            const std::string gap(widths[i] - width(r[i]), ' ');
+            if (last && right_last) out << gap;
+            if (i == verdict_column && row > 0)
+                print_verdict(out, r[i], view);
+            else
+                out << r[i];
+            if (!last) out << gap << "  ";
+        }
+        out << '\n';
+    }
+}
+
+std::string totals_line(const Report& report, const View& view) {
     size_t passed = 0, warned = 0, failed = 0, errors = 0;
     for (const CaseRecord& c : report.cases) {
-        const MetricRow* worst = c.worst();
-        rows.push_back({shorten_id(c.id), upper(c.verdict), worst ? worst->tensor : "-",
-                        worst ? format("%.2e", worst->rel_rmse) : "-",
-                        worst ? format("%.2e", worst->bound) : "-", format("%.2f", c.seconds)});
         if (c.verdict == "pass")
             ++passed;
         else if (c.verdict == "warn")
@@ -117,25 +146,29 @@ void print_summary_table(std::ostream& out, const Report& report) {
         else
             ++errors;
     }
-
-    const size_t columns = rows.front().size();
-    std::vector<size_t> widths(columns, 0);
-    for (const Row& r : rows)
-        for (size_t i = 0; i < columns; ++i) widths[i] = std::max(widths[i], width(r[i]));
-    if (!report.cases.empty()) {
-        for (const Row& r : rows) {
-            for (size_t i = 0; i + 1 < columns; ++i) out << pad(r[i], widths[i]) << "  ";
-            // seconds are right-aligned so that their decimal points line up
-            out << std::string(widths.back() - width(r.back()), ' ') << r.back() << '\n';
-        }
-    }
-    out << plural(report.cases.size(), "case") << ": " << passed << " passed, " << warned
-        << " warned, " << failed << " failed, " << plural(errors, "error")
-        << (report.complete ? "" : " (incomplete run)") << '\n';
+    const std::string why = view.why_incomplete.empty() ? "" : ": " + view.why_incomplete;
+    return plural(report.cases.size(), "case") + ": " + std::to_string(passed) + " passed, " +
+           std::to_string(warned) + " warned, " + std::to_string(failed) + " failed, " +
+           plural(errors, "error") + (report.complete ? "" : " (incomplete run" + why + ")");
 }
 
-void print_case_failure(std::ostream& out, const CaseRecord& record) {
-    out << upper(record.verdict) << ' ' << record.id << "  " << record.shape;
+void print_summary_table(std::ostream& out, const Report& report, const View& view) {
+    std::vector<std::vector<std::string>> rows = {
+        {"case", "verdict", "worst", "rel_rmse", "bound", "seconds"}};
+    for (const CaseRecord& c : report.cases) {
+        const MetricRow* worst = c.worst();
+        rows.push_back({shorten_id(c.id), upper(c.verdict), worst ? worst->tensor : "-",
+                        worst ? format("%.2e", worst->rel_rmse) : "-",
+                        worst ? format("%.2e", worst->bound) : "-", format("%.2f", c.seconds)});
+    }
+    // seconds are right-aligned so that their decimal points line up
+    if (!report.cases.empty()) print_columns(out, rows, true, 1, view);
+    out << totals_line(report, view) << '\n';
+}
+
+void print_case_failure(std::ostream& out, const CaseRecord& record, const View& view) {
+    print_verdict(out, upper(record.verdict), view);
+    out << ' ' << record.id << "  " << record.shape;
     if (!record.cu_seqlens.empty()) out << "  cu_seqlens " << record.cu_seqlens;
     out << "  " << record.input_dtype << " in / " << record.state_dtype << " state / "
         << record.layout << '\n';
@@ -145,7 +178,7 @@ void print_case_failure(std::ostream& out, const CaseRecord& record) {
     print_findings(out, record);
 }
 
-void print_case_details(std::ostream& out, const Report& report) {
+void print_case_details(std::ostream& out, const Report& report, const View& view) {
     const auto same_findings = [](const CaseRecord& a, const CaseRecord& b) {
         if (a.verdict != b.verdict || a.message != b.message) return false;
         const std::vector<const Finding*> fa = shown_findings(a), fb = shown_findings(b);
@@ -160,6 +193,7 @@ void print_case_details(std::ostream& out, const Report& report) {
     for (size_t i = 0; i < cases.size();) {
         const CaseRecord& first = cases[i++];
         if (first.verdict == "pass" && shown_findings(first).empty()) continue;
+        if (view.failures_only && (first.verdict == "pass" || first.verdict == "warn")) continue;
         // the records of one case that say the same (its prologue's findings, the end of its
         // isolated process) are told once
         std::vector<std::string> alike;
@@ -167,7 +201,7 @@ void print_case_details(std::ostream& out, const Report& report) {
         while (i < cases.size() && case_of(cases[i].id) == stem && same_findings(first, cases[i]))
             alike.push_back(cases[i++].id.substr(stem.size() + 1));
         out << '\n';
-        print_case_failure(out, first);
+        print_case_failure(out, first, view);
         if (alike.empty()) continue;
         std::string names;
         for (const auto& a : alike) names += (names.empty() ? "" : ", ") + a;
