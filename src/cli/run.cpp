@@ -10,13 +10,14 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <regex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "cli/commands.h"
 #include "cli/isolate.h"
+#include "cli/select.h"
 #include "core/build_info.h"
 #include "core/error.h"
 #include "harness/backend.h"
@@ -32,16 +33,9 @@
 namespace lav::cli {
 namespace {
 
-constexpr const char kUsage[] =
-    "usage: lav run <files|dirs>... [--out F | --resume F] [--filter REGEX] [--max-memory SIZE]\n"
-    "               [--long] [--threads N] [--junit F]";
-
-// progress lines start once a run has taken this long, so short runs stay quiet
+// progress lines start once a run has taken this long, so short runs stay quiet (--verbose
+// shows them from the first record)
 constexpr double kProgressAfterSeconds = 2.0;
-
-// std::regex compiles and matches by recursion that grows with the pattern's length; case ids
-// are bounded too (scenario::kMaxCaseIdLength)
-constexpr std::size_t kMaxFilterLength = 1000;
 
 // more threads than this only make LibTorch's pool slower to start (100000 never finishes)
 int max_threads() {
@@ -111,16 +105,11 @@ std::set<std::string> parse_fail_on(const std::string& text) {
 }
 
 // The records a case will have, blank: what an isolated case that dies reports as errors.
-std::vector<report::CaseRecord> expected_records(const harness::Registry& registry,
-                                                 const scenario::Case& c,
-                                                 const std::vector<std::string>& backends) {
+std::vector<report::CaseRecord> expected_records(const scenario::Case& c,
+                                                 const std::vector<PlannedRecord>& planned) {
     std::vector<report::CaseRecord> out;
-    const Call call = harness::call_of(registry.get(c.family), c);
-    for (const auto& v : c.variants)
-        for (const auto& b : backends)
-            for (const auto& p : harness::passes_of(c))
-                out.push_back(harness::blank_record(
-                    c, v, harness::choose_row(registry, c.family, v, call, b).backend, p));
+    for (const auto& r : planned)
+        out.push_back(harness::blank_record(c, r.variant, r.backend, r.pass));
     return out;
 }
 
@@ -137,6 +126,10 @@ Isolation isolation_of(const po::variables_map& vm, const std::string& backend,
     if (vm.count("threads")) o.insert(o.end(), {"--threads", std::to_string(threads)});
     if (!fail_on.empty()) o.insert(o.end(), {"--fail-on", fail_on});
     if (!dump_dir.empty()) o.insert(o.end(), {"--dump-intermediates", dump_dir});
+    // the child makes the records of its case that this run makes
+    for (const char* option : {"filter", "rerun-failed"})
+        if (vm.count(option))
+            o.insert(o.end(), {std::string("--") + option, vm[option].as<std::string>()});
     for (const char* flag : {"long", "strict-boundary", "decompose", "equivalence"})
         if (vm[flag].as<bool>()) o.push_back(std::string("--") + flag);
     for (const auto& l : libraries) o.insert(o.end(), {"--load-library", l});
@@ -147,14 +140,24 @@ Isolation isolation_of(const po::variables_map& vm, const std::string& backend,
     return iso;
 }
 
-// Keeps the variants of `c` whose id "<case>/<variant>" matches; false when none is left.
-bool apply_filter(scenario::Case& c, const std::regex* filter) {
-    if (!filter) return true;
-    std::vector<std::string> kept;
-    for (const auto& v : c.variants)
-        if (std::regex_search(c.id + "/" + v, *filter)) kept.push_back(v);
-    c.variants = kept;
-    return !kept.empty();
+// A case to run, narrowed to the records this run makes.
+struct Planned {
+    scenario::Case c;
+    std::vector<std::string> backends;   ///< the backends asked for that its records need
+    std::vector<PlannedRecord> records;  ///< those records
+};
+
+// The failed and errored records of the report at `path`, and the scenario files they came from.
+std::pair<std::set<std::string>, std::vector<std::string>> failed_records(const std::string& path) {
+    std::set<std::string> ids;
+    std::vector<std::string> files;
+    for (const auto& r : read_report_file(path).cases) {
+        if (r.verdict != "fail" && r.verdict != "error") continue;
+        ids.insert(r.id);
+        if (std::find(files.begin(), files.end(), r.scenario_file) == files.end())
+            files.push_back(r.scenario_file);
+    }
+    return {ids, files};
 }
 
 }  // namespace
@@ -173,29 +176,48 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string dump_dir;
     std::string fail_on;
     std::string case_id;
+    std::string rerun_failed;
+    std::string color = "auto";
     int threads = 0;
-    options.add_options()("paths", po::value(&paths)->required(), "scenario files or folders")(
-        "out,o", po::value(&out), "report to write (default reports/out/run.h5)")(
-        "filter", po::value(&filter_text),
-        "run only cases whose id '<scenario>[<matrix>]/<variant>' matches this regex")(
-        "max-memory", po::value(&max_memory),
+    options.add_options()("paths", po::value(&paths)->value_name("files|dirs"),
+                          "scenario files or folders")(
+        "out,o", po::value(&out)->value_name("F"), "report to write (default reports/out/run.h5)")(
+        "filter", po::value(&filter_text)->value_name("ID|REGEX"),
+        "run only these records: an id as lav prints it (a case, <case>/<variant> or a whole "
+        "record <case>/<variant>/<backend>/<pass>) matches as it is; other text is a regex "
+        "searched in each record id (e.g. '/cpu/bwd$')")(
+        "rerun-failed", po::value(&rerun_failed)->value_name("F"),
+        "run only the records that failed or errored in the report F (the scenario files come "
+        "from F where no paths are given)")(
+        "fail-fast", po::bool_switch(),
+        "stop after the case of the first failed or errored record; the report keeps the records "
+        "run so far and is marked incomplete")(
+        "max-memory", po::value(&max_memory)->value_name("SIZE"),
         "refuse cases estimated above this size, e.g. 8G (default: half of RAM)")(
         "long", po::bool_switch(), "also run cases marked long")(
-        "threads", po::value(&threads), "CPU threads for LibTorch (default: all cores)")(
-        "resume", po::value(&resume),
+        "threads", po::value(&threads)->value_name("N"),
+        "CPU threads for LibTorch (default: all cores)")(
+        "resume", po::value(&resume)->value_name("F"),
         "continue the incomplete report F (give the same paths): its cases are kept, the rest run")(
-        "junit", po::value(&junit), "also write the results as JUnit XML to this file")(
-        "backend", po::value(&backend)->default_value("auto"),
+        "junit", po::value(&junit)->value_name("F"),
+        "also write the results as JUnit XML to this file")(
+        "quiet,q", po::bool_switch(),
+        "print only the failed and errored records and the totals line: no progress, no table")(
+        "verbose,v", po::bool_switch(),
+        "progress from the first record, and the threads LibTorch runs with")(
+        "color", po::value(&color)->value_name("auto|always|never"),
+        "colour verdicts: auto (default) on a terminal without NO_COLOR")(
+        "backend", po::value(&backend)->default_value("auto")->value_name("auto|NAME[,NAME]"),
         "auto: lav's CUDA kernels where the build, the machine and the variant have them, the "
         "CPU backend otherwise; or backends by name, comma-separated, each variant running on "
         "each (cpu, cuda, a provider's: `lav list` shows this build's)")(
-        "load-library", po::value(&libraries)->composing(),
+        "load-library", po::value(&libraries)->composing()->value_name("F.so"),
         "load a PyTorch op library F.so (repeatable); its ops <ns>::<variant>_<family> become "
         "rows of backend <ns>")(
-        "provider", po::value(&provider_modules)->composing(),
+        "provider", po::value(&provider_modules)->composing()->value_name("MODULE|F.py"),
         "import the Python provider MODULE or FILE.py (repeatable); its functions "
         "<variant>_<family> become rows of the backend it names (e.g. lav.providers.fla)")(
-        "fail-on", po::value(&fail_on),
+        "fail-on", po::value(&fail_on)->value_name("KIND[,KIND]"),
         "finding kinds that fail a case, comma-separated (e.g. PROMOTION,BOUNDARY_MISMATCH,DRIFT); "
         "by default a dtype finding makes a passing case WARN, which exits 0")(
         "decompose", po::bool_switch(),
@@ -209,30 +231,39 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "isolate", po::bool_switch(),
         "run each case in a child process: a kernel that crashes (segfault, abort, sticky CUDA "
         "error) becomes that case's error records, and the run goes on")(
-        "case", po::value(&case_id),
+        "case", po::value(&case_id)->value_name("ID"),
         "run only the case with this exact id, as lav prints it without /variant/backend/pass")(
         "strict-boundary", po::bool_switch(),
         "fail a case whose prologue hands the kernel a dtype, shape or layout its contract "
         "refuses (default: report it, fix it, and measure)")(
-        "dump-intermediates", po::value(&dump_dir),
+        "dump-intermediates", po::value(&dump_dir)->value_name("DIR"),
         "write each case's stored chunk states and the reference's, with rel_rmse per chunk, to "
         "DIR/<case id>.h5 (simple_gla and gla chunk variants)");
     po::positional_options_description positional;
     positional.add("paths", -1);
     po::variables_map vm;
-    if (!parse_args(args, options, positional, kUsage, vm)) return 0;
+    if (!parse_args(args, options, positional, usage_line("run", options, positional), vm))
+        return 0;
 
-    std::regex filter;
-    LAV_CHECK_AS(UsageError, filter_text.size() <= kMaxFilterLength, "--filter has ",
-                 filter_text.size(), " characters, more than ", kMaxFilterLength,
-                 ": write a shorter regex");
-    if (!filter_text.empty()) {
-        try {
-            filter = std::regex(filter_text);
-        } catch (const std::regex_error& e) {
-            throw UsageError("bad --filter regex '" + filter_text + "': " + e.what());
+    const bool quiet = vm["quiet"].as<bool>(), verbose = vm["verbose"].as<bool>();
+    LAV_CHECK_AS(UsageError, !quiet || !verbose, "--quiet and --verbose contradict; give one");
+    report::View view;
+    view.color = use_color(color);
+    view.failures_only = quiet;
+    std::optional<std::set<std::string>> rerun;
+    if (!rerun_failed.empty()) {
+        auto [ids, files] = failed_records(rerun_failed);
+        if (ids.empty()) {
+            std::cout << rerun_failed << " has no failed or errored record: nothing to rerun\n";
+            return static_cast<int>(ExitCode::kPass);
         }
+        rerun = std::move(ids);
+        if (paths.empty()) paths = files;
     }
+    LAV_CHECK_AS(UsageError, !paths.empty(),
+                 "lav run needs scenario files or folders (or --rerun-failed F)\n",
+                 usage_line("run", options, positional));
+    RecordSelection selection(filter_text, std::move(rerun));
     if (vm.count("threads")) {
         LAV_CHECK_AS(UsageError, threads >= 1 && threads <= max_threads(), "--threads takes 1 to ",
                      max_threads(), " (four per hardware thread of this machine), got ", threads);
@@ -275,11 +306,28 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
             continue;
         }
         if (!case_id.empty() && c.id != case_id) continue;
-        if (apply_filter(c, filter_text.empty() ? nullptr : &filter)) cases.push_back(std::move(c));
+        cases.push_back(std::move(c));
     }
-    LAV_CHECK_AS(UsageError, !cases.empty(), "no case to run",
+    std::vector<std::vector<PlannedRecord>> plans;
+    std::vector<std::string> ids;
+    for (const auto& c : cases) {
+        plans.push_back(plan_records(registry, c, requested));
+        for (const auto& r : plans.back()) ids.push_back(r.id);
+    }
+    selection.settle(ids);
+    std::vector<Planned> selected;
+    for (size_t i = 0; i < cases.size(); ++i) {
+        Planned p{std::move(cases[i]), {}, {}};
+        for (const auto& r : plans[i])
+            if (selection.keeps(r.id)) p.records.push_back(r);
+        if (p.records.empty()) continue;
+        p.backends = narrow(p.c, p.records);
+        selected.push_back(std::move(p));
+    }
+    LAV_CHECK_AS(UsageError, !selected.empty(), "no case to run",
                  filter_text.empty() ? "" : " (nothing matches --filter)",
                  case_id.empty() ? "" : " (no case has the --case id)",
+                 rerun_failed.empty() ? "" : " (no failed record of --rerun-failed is in them)",
                  skipped_long ? "; long cases need --long" : "");
 
     LAV_CHECK_AS(UsageError, resume.empty() || !vm.count("out") || out == resume,
@@ -300,26 +348,25 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         writer = std::make_unique<report::ReportWriter>(out, std::move(previous));
     } else {
         writer = std::make_unique<report::ReportWriter>(
-            out, run_info(command_line, cases.front().seed, provided));
+            out, run_info(command_line, selected.front().c.seed, provided));
     }
     const auto start = std::chrono::steady_clock::now();
     size_t runs = 0;
-    std::vector<const scenario::Case*> todo;
-    for (const auto& c : cases) {
+    std::set<std::string> wanted;  // a narrowed case can still make records not selected
+    std::vector<const Planned*> todo;
+    for (const auto& p : selected) {
         size_t missing = 0;
-        const Call call = harness::call_of(registry.get(c.family), c);
-        for (const auto& v : c.variants)
-            for (const auto& b : requested)
-                for (const auto& p : harness::passes_of(c))
-                    missing += !kept.count(harness::record_id(
-                        c, v, harness::choose_row(registry, c.family, v, call, b).backend, p));
+        for (const auto& r : p.records) missing += wanted.insert(r.id).second && !kept.count(r.id);
         if (missing == 0) continue;
         runs += missing;
-        todo.push_back(&c);
+        todo.push_back(&p);
     }
-    if (!kept.empty())
+    if (!kept.empty() && !quiet)
         std::cerr << "resuming " << out << ": " << kept.size() << " records kept, " << runs
                   << " to run\n";
+    if (verbose)
+        std::cerr << threading_note() << "\nrunning " << report::plural(runs, "record") << " of "
+                  << report::plural(todo.size(), "case") << "\n";
     harness::RunOptions run_options;
     run_options.strict_boundary = vm["strict-boundary"].as<bool>();
     run_options.backends = requested;
@@ -338,43 +385,62 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         std::filesystem::create_directories(isolation.scratch_dir);
     }
     size_t done = 0;
-    for (const scenario::Case* c : todo) {
+    bool stopped = false;  // by --fail-fast
+    for (const Planned* p : todo) {
         std::string errored;  // a record of the case that ended in an error
+        bool failed = false;
         const auto sink = [&](report::CaseRecord r) {
-            if (kept.count(r.id)) return;
+            if (kept.count(r.id) || !wanted.count(r.id)) return;
             if (r.verdict == "error") errored = r.id;
+            failed |= r.verdict == "fail" || r.verdict == "error";
             ++done;
             const double elapsed =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            if (elapsed > kProgressAfterSeconds)
+            if (!quiet && (verbose || elapsed > kProgressAfterSeconds))
                 std::cerr << "[" << done << "/" << runs << "] " << r.id << "  " << r.verdict
                           << "  (" << static_cast<int>(elapsed) << " s)\n";
             writer->add(std::move(r));
         };
         if (!isolation.scratch_dir.empty()) {
-            run_isolated(*c, expected_records(registry, *c, requested), isolation, sink);
-            continue;
+            run_isolated(p->c, expected_records(p->c, p->records), isolation, sink);
+        } else {
+            harness::RunOptions case_options = run_options;
+            case_options.backends = p->backends;
+            harness::run_case(registry, p->c, case_options, sink);
         }
-        harness::run_case(registry, *c, run_options, sink);
         // a kernel's CUDA error can be sticky: then no later case can run, and the report keeps
         // the finished ones, marked incomplete
-        if (!errored.empty() && harness::cuda_available()) {
+        if (!errored.empty() && isolation.scratch_dir.empty() && harness::cuda_available()) {
             const std::string broken = harness::cuda_context_error();
             LAV_CHECK_AS(EnvironmentError, broken.empty(), "the CUDA context is unusable after ",
                          errored, " (", broken, "); ", out,
                          " holds the cases before it, marked incomplete");
         }
+        if (failed && vm["fail-fast"].as<bool>()) {
+            stopped = true;
+            break;
+        }
     }
-    writer->finish();
+    // a run stopped early stays marked incomplete, so that --resume can finish it
+    if (stopped)
+        view.why_incomplete = "stopped after the first failure, " +
+                              report::plural(runs - done, "record") + " not run";
+    else
+        writer->finish();
     if (!isolation.scratch_dir.empty()) std::filesystem::remove_all(isolation.scratch_dir);
 
     const report::Report& rep = writer->report();
     if (!junit.empty()) report::write_junit_run(junit, rep);
-    report::print_summary_table(std::cout, rep);
-    report::print_case_details(std::cout, rep);
     const bool failed = std::any_of(rep.cases.begin(), rep.cases.end(), [](const auto& r) {
         return r.verdict == "fail" || r.verdict == "error";
     });
+    if (quiet) {
+        report::print_case_details(std::cout, rep, view);
+        std::cout << (failed ? "\n" : "") << report::totals_line(rep, view) << "\n";
+        return static_cast<int>(failed ? ExitCode::kVerificationFailed : ExitCode::kPass);
+    }
+    report::print_summary_table(std::cout, rep, view);
+    report::print_case_details(std::cout, rep, view);
     if (skipped_long)
         std::cout << "\n" << skipped_long << " long cases skipped (run with --long)\n";
     std::cout << "\nreport: " << out << "\n";

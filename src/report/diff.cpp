@@ -38,43 +38,64 @@ void print_diff(std::ostream& out, const Report& a, const Report& b, size_t top)
         {"device", {a.run.device, b.run.device}},
         {"providers", {a.run.providers, b.run.providers}},
     };
-    out << "environment:\n";
-    bool same = true;
-    for (const auto& [name, values] : env) {
-        if (values.first == values.second) continue;
-        same = false;
-        out << "  " << name << ": " << values.first << "  ->  " << values.second << "\n";
-    }
-    if (same)
-        out << "  identical (lav " << a.run.lav_version << ", LibTorch " << a.run.torch_version
-            << ", " << a.run.device << ")\n";
+    std::vector<std::string> env_changes;
+    for (const auto& [name, values] : env)
+        if (values.first != values.second)
+            env_changes.push_back(std::string(name) + ": " + values.first + "  ->  " +
+                                  values.second);
 
     std::map<std::string, const CaseRecord*> in_b;
     for (const auto& c : b.cases) in_b[c.id] = &c;
     std::vector<Change> changes;
-    std::vector<std::string> only_a, only_b;
+    std::vector<std::string> verdicts, only_a, only_b;
+    size_t unchanged = 0;
     for (const auto& ca : a.cases) {
         const auto it = in_b.find(ca.id);
         if (it == in_b.end()) {
             only_a.push_back(ca.id);
             continue;
         }
+        const CaseRecord& cb = *it->second;
+        if (ca.verdict != cb.verdict)
+            verdicts.push_back(ca.id + "  " + ca.verdict + " -> " + cb.verdict);
         for (const auto& ma : ca.metrics)
-            for (const auto& mb : it->second->metrics)
-                if (ma.tensor == mb.tensor)
-                    changes.push_back(
-                        {ca.id, ma.tensor, ma.rel_rmse, mb.rel_rmse,
-                         std::abs(std::log((mb.rel_rmse + kTiny) / (ma.rel_rmse + kTiny)))});
+            for (const auto& mb : cb.metrics) {
+                if (ma.tensor != mb.tensor) continue;
+                const double size =
+                    std::abs(std::log((mb.rel_rmse + kTiny) / (ma.rel_rmse + kTiny)));
+                // the same value, NaN on both sides included, is no change
+                if (size == 0 || (std::isnan(ma.rel_rmse) && std::isnan(mb.rel_rmse)))
+                    ++unchanged;
+                else
+                    changes.push_back({ca.id, ma.tensor, ma.rel_rmse, mb.rel_rmse, size});
+            }
         in_b.erase(it);
     }
     for (const auto& [id, c] : in_b) only_b.push_back(id);
+    if (env_changes.empty() && changes.empty() && verdicts.empty() && only_a.empty() &&
+        only_b.empty()) {
+        out << "no differences: the same " << a.cases.size()
+            << " records, verdicts and rel_rmse (lav " << a.run.lav_version << ", LibTorch "
+            << a.run.torch_version << ", " << a.run.device << ")\n";
+        return;
+    }
+
+    out << "environment:\n";
+    for (const auto& line : env_changes) out << "  " << line << "\n";
+    if (env_changes.empty())
+        out << "  identical (lav " << a.run.lav_version << ", LibTorch " << a.run.torch_version
+            << ", " << a.run.device << ")\n";
+    if (!verdicts.empty()) {
+        out << "\nverdicts changed (A -> B):\n";
+        for (const auto& line : verdicts) out << "  " << line << "\n";
+    }
     // NaN sizes sort first: a measure that became NaN is the biggest change there is
     std::stable_sort(changes.begin(), changes.end(), [](const Change& x, const Change& y) {
         if (std::isnan(x.size) != std::isnan(y.size)) return std::isnan(x.size);
         return x.size > y.size;
     });
-
     out << "\nrel_rmse changes, largest first (A -> B):\n";
+    if (changes.empty()) out << "  none\n";
     const size_t n = top == 0 ? changes.size() : std::min(top, changes.size());
     for (size_t i = 0; i < n; ++i) {
         const Change& c = changes[i];
@@ -82,6 +103,7 @@ void print_diff(std::ostream& out, const Report& a, const Report& b, size_t top)
             << "  (x" << sci((c.b + kTiny) / (c.a + kTiny)) << ")\n";
     }
     if (n < changes.size()) out << "  ... " << changes.size() - n << " more (--top 0 shows all)\n";
+    if (unchanged) out << "  " << unchanged << " unchanged\n";
     for (const auto& id : only_a) out << "only in A: " << id << "\n";
     for (const auto& id : only_b) out << "only in B: " << id << "\n";
 }

@@ -9,8 +9,10 @@
 namespace lav::report {
 
 /// Prints the environment fields that differ (lav version and commit, LibTorch, HDF5, device),
-/// then every (case, tensor) found in both runs sorted by the size of its rel_rmse change
-/// (|log(b / a)|, largest first; at most `top` rows, 0 for all), then the cases found on one side.
+/// the records whose verdict changed, then every (record, tensor) found in both runs whose
+/// rel_rmse changed, sorted by the size of the change (|log(b / a)|, largest first; at most `top`
+/// rows, 0 for all), then the records found on one side. Two runs that differ in none of these
+/// are "no differences", in one line.
 void print_diff(std::ostream& out, const Report& a, const Report& b, size_t top);
 
 }  // namespace lav::report
