@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "report/h5.h"
+#include "report/probe.h"
 #include "report/report.h"
 
 namespace lav::report {
@@ -246,6 +247,7 @@ Report read_report(const std::string& path) {
     if (!h5::is_hdf5(path))
         throw ReportError(path + ": error: not an HDF5 file\nnote: " + kWrittenBy);
 
+    probe_report(path, [&] { read_contents(h5::File::open_read_only(path)); });
     const h5::File file = h5::File::open_read_only(path);
     if (!h5::has_attribute(file, "schema_version"))
         throw ReportError(

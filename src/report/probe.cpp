@@ -1,0 +1,61 @@
+// src/report/probe.cpp — a report read once in a child process under a memory cap.
+#include "report/probe.h"
+
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <new>
+
+#include "core/error.h"
+
+namespace lav::report {
+namespace {
+
+constexpr rlim_t kHeadroom = rlim_t{1} << 30;  // what a report's strings may take at most
+constexpr int kOutOfMemory = 3;
+
+// the process's virtual size, from /proc/self/status ("VmSize:  123456 kB"); 0 when unknown
+rlim_t virtual_size() {
+    std::ifstream in("/proc/self/status");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+    return 0;
+}
+
+}  // namespace
+
+void probe_report(const std::string& path, const std::function<void()>& read) {
+    const rlim_t cap = virtual_size() + kHeadroom;
+    const pid_t pid = fork();
+    if (pid < 0) return;  // no child to spare: the real read goes ahead unprotected
+    if (pid == 0) {
+        const rlimit limit{cap, cap};
+        setrlimit(RLIMIT_AS, &limit);
+        try {
+            read();
+        } catch (const std::bad_alloc&) {
+            _exit(kOutOfMemory);
+        } catch (...) {
+            // the parent's own read reports it, with its message
+        }
+        _exit(0);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    const std::string damaged = path + ": error: the report is damaged: ";
+    const std::string note =
+        "\nnote: run the scenarios again to write a new one (lav run --resume cannot continue it)";
+    if (WIFSIGNALED(status))
+        throw ReportError(damaged + "reading it crashed the HDF5 library (signal " +
+                          std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) +
+                          ")" + note);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemory)
+        throw ReportError(damaged + "reading it asks for more than 1 GiB of memory" + note);
+}
+
+}  // namespace lav::report
