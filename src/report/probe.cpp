@@ -56,6 +56,10 @@ void probe_report(const std::string& path, const std::function<void()>& read) {
                           ")" + note);
     if (WIFEXITED(status) && WEXITSTATUS(status) == kOutOfMemory)
         throw ReportError(damaged + "reading it asks for more than 1 GiB of memory" + note);
+    // the child catches every exception: any other exit is a runtime's own abort (a sanitizer's)
+    if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+        throw ReportError(damaged + "reading it failed inside the HDF5 library (exit " +
+                          std::to_string(WEXITSTATUS(status)) + ")" + note);
 }
 
 }  // namespace lav::report
