@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/isolate.h"
 #include "cli/select.h"
+#include "cli/stored_scenarios.h"
 #include "core/build_info.h"
 #include "core/error.h"
 #include "harness/backend.h"
@@ -177,6 +178,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string fail_on;
     std::string case_id;
     std::string rerun_failed;
+    std::string from_report;
     std::string color = "auto";
     int threads = 0;
     options.add_options()("paths", po::value(&paths)->value_name("files|dirs"),
@@ -186,6 +188,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "run only these records: an id as lav prints it (a case, <case>/<variant> or a whole "
         "record <case>/<variant>/<backend>/<pass>) matches as it is; other text is a regex "
         "searched in each record id (e.g. '/cpu/bwd$')")(
+        "from-report", po::value(&from_report)->value_name("F"),
+        "run the scenario files report F carries (every report keeps those it ran), where the "
+        "files themselves are not at hand; with --filter for some of its cases")(
         "rerun-failed", po::value(&rerun_failed)->value_name("F"),
         "run only the records that failed or errored in the report F (the scenario files come "
         "from F where no paths are given)")(
@@ -260,8 +265,19 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         rerun = std::move(ids);
         if (paths.empty()) paths = files;
     }
+    // the files a report carries, under the names they were run by
+    std::map<std::string, std::string> restored;
+    const std::string restore_dir =
+        (std::filesystem::temp_directory_path() / ("lav-from-report-" + std::to_string(getpid())))
+            .string();
+    if (!from_report.empty()) {
+        LAV_CHECK_AS(UsageError, paths.empty(), "--from-report runs the scenario files ",
+                     from_report, " carries; give no paths beside it");
+        restored = restore_scenarios(from_report, restore_dir);
+        for (const auto& [file, name] : restored) paths.push_back(file);
+    }
     LAV_CHECK_AS(UsageError, !paths.empty(),
-                 "lav run needs scenario files or folders (or --rerun-failed F)\n",
+                 "lav run needs scenario files or folders (or --rerun-failed F, --from-report F)\n",
                  usage_line("run", options, positional));
     RecordSelection selection(filter_text, std::move(rerun));
     if (vm.count("threads")) {
@@ -301,6 +317,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::vector<scenario::Case> cases;
     size_t skipped_long = 0;
     for (auto& c : load_cases(paths, registry, {limit, vm["long"].as<bool>()})) {
+        // a restored file is reported by the name it was run under (an isolated case's child
+        // still needs the copy's)
+        if (restored.count(c.file) && !vm["isolate"].as<bool>()) c.file = restored.at(c.file);
         if (c.long_case && !vm["long"].as<bool>()) {
             ++skipped_long;
             continue;
@@ -347,8 +366,13 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         for (const auto& r : previous.cases) kept.insert(r.id);
         writer = std::make_unique<report::ReportWriter>(out, std::move(previous));
     } else {
-        writer = std::make_unique<report::ReportWriter>(
-            out, run_info(command_line, selected.front().c.seed, provided));
+        report::RunInfo info = run_info(command_line, selected.front().c.seed, provided);
+        std::vector<std::string> files;
+        for (const auto& p : selected) files.push_back(p.c.file);
+        std::map<std::string, std::string> copies;  // a restored file's name -> its copy
+        for (const auto& [copy, name] : restored) copies[name] = copy;
+        keep_scenarios(files, copies, info);
+        writer = std::make_unique<report::ReportWriter>(out, std::move(info));
     }
     const auto start = std::chrono::steady_clock::now();
     size_t runs = 0;
@@ -427,6 +451,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                               report::plural(runs - done, "record") + " not run";
     else
         writer->finish();
+    if (!restored.empty()) std::filesystem::remove_all(restore_dir);
     if (!isolation.scratch_dir.empty()) std::filesystem::remove_all(isolation.scratch_dir);
 
     const report::Report& rep = writer->report();

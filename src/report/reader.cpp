@@ -1,4 +1,5 @@
 // src/report/reader.cpp — reads an HDF5 report back into a Report; checks it is one lav can read.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -37,6 +38,14 @@ RunInfo read_run(const h5::File& file) {
     run.command_line = h5::read_attribute<std::string>(file, "command_line");
     run.started_at = h5::read_attribute<std::string>(file, "started_at");
     run.seed = h5::read_attribute<uint64_t>(file, "seed");
+    // reports written before they kept their scenario files have no /scenarios
+    const std::vector<std::string> links = file.open_group("/").link_names();
+    if (std::find(links.begin(), links.end(), "scenarios") != links.end()) {
+        const h5::Table table =
+            h5::read_table(file, "scenarios", {{"path", Strings{}}, {"text", Strings{}}});
+        run.scenario_paths = h5::column<std::string>(table, "path");
+        run.scenario_texts = h5::column<std::string>(table, "text");
+    }
     return run;
 }
 

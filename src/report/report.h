@@ -29,6 +29,9 @@ struct RunInfo {
     /// fla 0.6.0, triton 3.6.0)"; "" when none
     std::string providers;
     std::string command_line;
+    /// each scenario file the run read, as it was named, and its text (/scenarios), so that a
+    /// report can be run again on its own (lav run --from-report)
+    std::vector<std::string> scenario_paths, scenario_texts;
     std::string started_at;  ///< ISO 8601 UTC
     uint64_t seed = 0;       ///< the base seed; each case records its own too
 };

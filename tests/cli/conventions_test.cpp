@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -395,6 +396,39 @@ TEST(Conventions, DiffOfARunWithItselfSaysNoDifferences) {
     EXPECT_EQ(other.code, 0);
     EXPECT_FALSE(has(other.output, "no differences")) << other.output;
     EXPECT_TRUE(has(other.output, "only in A: ")) << other.output;
+}
+
+// A report carries its scenario files and command line: it runs again where the files are not.
+TEST(Conventions, AReportRunsAgainFromWhatItCarries) {
+    const std::string dir = test::scratch("from_report");
+    std::filesystem::create_directories(dir);
+    const std::string copy = dir + "/impossible.toml";
+    std::filesystem::copy_file(
+        std::string(LAV_SOURCE_DIR) + "/tests/data/scenarios/cli/impossible_tolerance.toml", copy,
+        std::filesystem::copy_options::overwrite_existing);
+    const std::string first = dir + "/first.h5", again = dir + "/again.h5";
+    EXPECT_EQ(test::lav("run " + copy + " --out " + first).code, 1);
+    std::filesystem::remove(copy);
+    const report::Report stored = report::read_report(first);
+    ASSERT_EQ(stored.run.scenario_paths, std::vector<std::string>{copy});
+    EXPECT_NE(stored.run.scenario_texts[0].find("cli_impossible_tolerance"), std::string::npos);
+    EXPECT_NE(stored.run.command_line.find(copy), std::string::npos);
+
+    const test::Result rerun = test::lav("run --from-report " + first + " --out " + again);
+    EXPECT_EQ(rerun.code, 1) << rerun.output;
+    const report::Report second = report::read_report(again);
+    ASSERT_EQ(second.cases.size(), stored.cases.size());
+    for (size_t i = 0; i < second.cases.size(); ++i) {
+        EXPECT_EQ(second.cases[i].id, stored.cases[i].id);
+        EXPECT_EQ(second.cases[i].scenario_file, copy) << "reported by the name it ran under";
+        ASSERT_EQ(second.cases[i].metrics.size(), stored.cases[i].metrics.size());
+        for (size_t m = 0; m < second.cases[i].metrics.size(); ++m)
+            EXPECT_EQ(second.cases[i].metrics[m].rel_rmse, stored.cases[i].metrics[m].rel_rmse);
+    }
+    EXPECT_EQ(second.run.scenario_texts, stored.run.scenario_texts);
+
+    const test::Result both = test::lav("run --from-report " + first + " " + copy);
+    EXPECT_EQ(both.code, 2) << both.output;
 }
 
 }  // namespace
