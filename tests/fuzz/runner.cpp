@@ -80,6 +80,9 @@ void on_crash(int signal) {
 
 void on_alarm(int) {
     save_interrupted("hang");
+    // the leader of a process group takes it along: children lav forked (it reads a report in
+    // a child first) would otherwise outlive it, still hung
+    if (::getpgrp() == ::getpid()) ::kill(0, SIGKILL);
     ::_exit(static_cast<int>(Outcome::hang));
 }
 
@@ -146,8 +149,9 @@ Result run_input_forked(TargetFn target, const std::string& input,
     const pid_t child = ::fork();
     if (child < 0) throw std::runtime_error("cannot fork");
     if (child == 0) {
-        // the parent saves and tells of a crash; the watchdog stays
+        // the parent saves and tells of a crash; the watchdog stays, and ends the group
         for (const int signal : kCrashSignals) ::signal(signal, SIG_DFL);
+        ::setpgid(0, 0);
         ::close(message_pipe[0]);
         const Result result = run_input(target, input, timeout);
         write_all(message_pipe[1], result.message.data(), result.message.size());
@@ -161,7 +165,9 @@ Result run_input_forked(TargetFn target, const std::string& input,
     ::close(message_pipe[0]);
     int status = 0;
     ::waitpid(child, &status, 0);
-    if (WIFSIGNALED(status)) {
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+        result = {Outcome::hang, "still running when the watchdog ended it"};
+    } else if (WIFSIGNALED(status)) {
         result = {Outcome::crash, std::string("killed by signal ") + ::strsignal(WTERMSIG(status))};
     } else {
         result.outcome = static_cast<Outcome>(WEXITSTATUS(status));

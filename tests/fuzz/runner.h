@@ -42,7 +42,8 @@ Result run_input_forked(TargetFn target, const std::string& input,
 
 /// From now on a crash (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) or a call that never returns
 /// saves the input being run in `folder` as crash-<hash> or hang-<hash> and ends the process
-/// (a hang with the exit status int(Outcome::hang), which run_input_forked reads as one).
+/// (a hang with SIGKILL to its whole process group when it leads one, as a forked call does, or
+/// with the exit status int(Outcome::hang); run_input_forked reads either as a hang).
 void watch_for_crashes(const std::string& folder);
 
 /// Writes `input` to `folder`/<outcome>-<hash of input> and returns that path.
