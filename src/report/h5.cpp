@@ -624,7 +624,8 @@ Table read_table(const Group& parent, const std::string& name, const Table& like
 
     Table out = like;
     for (size_t i = 0; i < out.size(); ++i) {
-        const unsigned char* at = buffer.data() + row_type.offsets[i];
+        // no rows: no buffer to point into (an offset from its null data is undefined)
+        const unsigned char* at = rows > 0 ? buffer.data() + row_type.offsets[i] : nullptr;
         std::visit(
             [&](auto& values) {
                 using T = typename std::decay_t<decltype(values)>::value_type;
