@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +34,10 @@
 
 namespace lav::cli {
 namespace {
+
+// the report on disk is brought up to date at most this often: a run of thousands of tiny cases
+// spends its time on them rather than on HDF5, and a killed run loses at most this much
+constexpr double kPublishEverySeconds = 0.5;
 
 // progress lines start once a run has taken this long, so short runs stay quiet (--verbose
 // shows them from the first record)
@@ -374,6 +379,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         keep_scenarios(files, copies, info);
         writer = std::make_unique<report::ReportWriter>(out, std::move(info));
     }
+    writer->publish_every(kPublishEverySeconds);
     const auto start = std::chrono::steady_clock::now();
     size_t runs = 0;
     std::set<std::string> wanted;  // a narrowed case can still make records not selected
@@ -436,6 +442,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         // the finished ones, marked incomplete
         if (!errored.empty() && isolation.scratch_dir.empty() && harness::cuda_available()) {
             const std::string broken = harness::cuda_context_error();
+            if (!broken.empty()) writer->flush();
             LAV_CHECK_AS(EnvironmentError, broken.empty(), "the CUDA context is unusable after ",
                          errored, " (", broken, "); ", out,
                          " holds the cases before it, marked incomplete");
@@ -446,11 +453,21 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         }
     }
     // a run stopped early stays marked incomplete, so that --resume can finish it
-    if (stopped)
+    if (stopped) {
+        writer->flush();
         view.why_incomplete = "stopped after the first failure, " +
                               report::plural(runs - done, "record") + " not run";
-    else
+    } else {
         writer->finish();
+    }
+    if (verbose) {
+        const double total =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        char share[64];
+        std::snprintf(share, sizeof share, "%.1f s of %.1f s (%.1f%%)", writer->seconds_writing(),
+                      total, total > 0 ? 100 * writer->seconds_writing() / total : 0.0);
+        std::cerr << "report writing: " << share << "\n";
+    }
     if (!restored.empty()) std::filesystem::remove_all(restore_dir);
     if (!isolation.scratch_dir.empty()) std::filesystem::remove_all(isolation.scratch_dir);
 

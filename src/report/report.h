@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -129,7 +130,7 @@ struct Report {
     std::vector<CaseRecord> cases;
 };
 
-/// Writes a report case by case; the file at `path` is complete and readable after each add(),
+/// Writes a report case by case; the file at `path` is complete and readable after each add()
 /// and an add() costs the same at the first case and the ten-thousandth.
 ///
 /// Two files of its own beside `path` take turns: each add() appends the cases the file not in
@@ -148,9 +149,18 @@ class ReportWriter {
     ~ReportWriter();
     ReportWriter(const ReportWriter&) = delete;
     ReportWriter& operator=(const ReportWriter&) = delete;
-    /// Appends a case and replaces the file in one step. Throws ReportError (exit 3) on I/O
+    /// Appends a case and replaces the file in one step (at most once per interval given to
+    /// publish_every: the cases between wait for the next). Throws ReportError (exit 3) on I/O
     /// failure.
     void add(CaseRecord record);
+    /// Puts the file in place at most once per `seconds` (0, the default: after every case): a
+    /// run of many tiny cases then spends its time on them, and a process that dies loses at
+    /// most that many seconds of records, which --resume runs again.
+    void publish_every(double seconds) { interval_ = seconds; }
+    /// Puts every case added so far in place now; the report stays incomplete.
+    void flush() { publish(false); }
+    /// The seconds add() and finish() spent writing, so far.
+    double seconds_writing() const { return seconds_writing_; }
     /// Marks the run complete and puts the file in place a last time.
     void finish();
     const Report& report() const { return report_; }
@@ -158,10 +168,14 @@ class ReportWriter {
   private:
     struct Copy;
     void publish(bool last);
+    void publish_now(bool last);
     std::string path_;
     Report report_;
     std::array<std::unique_ptr<Copy>, 2> copies_;
     size_t lagging_ = 0;  ///< the copy not in place, the next to catch up
+    double interval_ = 0;
+    std::chrono::steady_clock::time_point published_ = std::chrono::steady_clock::now();
+    double seconds_writing_ = 0;
 };
 
 /// Writes `report` to `path` (temporary file, then rename).

@@ -74,7 +74,8 @@ ReportWriter::~ReportWriter() = default;
 
 void ReportWriter::add(CaseRecord record) {
     report_.cases.push_back(std::move(record));
-    publish(false);
+    const std::chrono::duration<double> since = std::chrono::steady_clock::now() - published_;
+    if (since.count() >= interval_) publish(false);
 }
 
 void ReportWriter::finish() {
@@ -84,6 +85,13 @@ void ReportWriter::finish() {
 }
 
 void ReportWriter::publish(bool last) {
+    const auto start = std::chrono::steady_clock::now();
+    publish_now(last);
+    published_ = std::chrono::steady_clock::now();
+    seconds_writing_ += std::chrono::duration<double>(published_ - start).count();
+}
+
+void ReportWriter::publish_now(bool last) {
     check_output_path(path_);
     std::unique_ptr<Copy>& slot = copies_[lagging_];
     try {

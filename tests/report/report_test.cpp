@@ -254,6 +254,22 @@ TEST_F(ReportWriterFile, HoldsExactlyTheFinishedCasesAfterEachAdd) {
     EXPECT_EQ(names, std::vector<std::string>{"run.h5"});
 }
 
+TEST_F(ReportWriterFile, WithAnIntervalPutsTheFileInPlaceAtMostThatOften) {
+    const std::string target = path("run.h5");
+    const std::vector<CaseRecord> cases = sample_report().cases;
+    ReportWriter writer(target, sample_run());
+    writer.publish_every(3600);  // longer than the test
+    for (const auto& c : cases) writer.add(c);
+    // the cases wait for the interval; the file on disk is still the empty report, readable
+    EXPECT_TRUE(read_report(target).cases.empty());
+    EXPECT_EQ(writer.report().cases.size(), cases.size());
+    writer.finish();
+    const Report read = read_report(target);
+    EXPECT_TRUE(read.complete);
+    EXPECT_EQ(read.cases.size(), cases.size());
+    EXPECT_GT(writer.seconds_writing(), 0.0);
+}
+
 /// Case `i` of a big run of small cases.
 CaseRecord tiny_case(size_t i) {
     CaseRecord c = passing_case();
