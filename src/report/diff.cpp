@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/text.h"
+
 namespace lav::report {
 namespace {
 
@@ -20,12 +22,6 @@ struct Change {
 
 // keeps exact zeros comparable: 0 -> 1e-30 is a change, 0 -> 0 is not
 constexpr double kTiny = 1e-30;
-
-std::string sci(double x) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3e", x);
-    return buf;
-}
 
 }  // namespace
 
@@ -99,8 +95,8 @@ void print_diff(std::ostream& out, const Report& a, const Report& b, size_t top)
     const size_t n = top == 0 ? changes.size() : std::min(top, changes.size());
     for (size_t i = 0; i < n; ++i) {
         const Change& c = changes[i];
-        out << "  " << c.case_id << "  " << c.tensor << "  " << sci(c.a) << " -> " << sci(c.b)
-            << "  (x" << sci((c.b + kTiny) / (c.a + kTiny)) << ")\n";
+        out << "  " << c.case_id << "  " << c.tensor << "  " << sci(c.a, 3) << " -> " << sci(c.b, 3)
+            << "  (x" << sci((c.b + kTiny) / (c.a + kTiny), 3) << ")\n";
     }
     if (n < changes.size()) out << "  ... " << changes.size() - n << " more (--top 0 shows all)\n";
     if (unchanged) out << "  " << unchanged << " unchanged\n";

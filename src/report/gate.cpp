@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/text.h"
+
 namespace lav::report {
 namespace {
 
@@ -20,12 +22,6 @@ std::map<std::string, const CaseRecord*> by_id(const Report& r) {
     return out;
 }
 
-std::string sci(double x) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3e", x);
-    return buf;
-}
-
 /// NaN or Inf in a tensor the baseline has no row for: nothing to compare it with, and never
 /// good. `why` says which kind of new.
 void check_new_tensor(const std::string& case_id, const MetricRow& row, const GateOptions& options,
@@ -35,7 +31,7 @@ void check_new_tensor(const std::string& case_id, const MetricRow& row, const Ga
         const bool bad = measure == "nonfinite" ? now > 0 : !std::isfinite(now);
         if (bad)
             result.regressions.push_back(
-                {case_id, row.tensor, measure, 0, now, std::string(why) + ": " + sci(now)});
+                {case_id, row.tensor, measure, 0, now, std::string(why) + ": " + sci(now, 3)});
     }
 }
 
@@ -100,8 +96,8 @@ void print_changes(std::ostream& out, const char* title, const std::vector<GateC
         if (!c.tensor.empty()) out << "  tensor " << c.tensor;
         out << "  " << c.measure;
         if (c.note.empty())
-            out << "  " << sci(c.baseline) << " -> " << sci(c.run) << "  (x"
-                << (c.baseline > 0 ? sci(c.run / c.baseline) : std::string("inf")) << ")";
+            out << "  " << sci(c.baseline, 3) << " -> " << sci(c.run, 3) << "  (x"
+                << (c.baseline > 0 ? sci(c.run / c.baseline, 3) : std::string("inf")) << ")";
         else
             out << "  " << c.note;
         out << "\n";

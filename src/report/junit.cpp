@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace lav::report {
 namespace {
@@ -50,12 +51,6 @@ struct TestCase {
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-std::string sci(double x) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.2e", x);
-    return buf;
-}
-
 void write_xml(const std::string& path, const std::string& suite,
                const std::vector<TestCase>& cases) {
     size_t failures = 0, errors = 0;
@@ -97,8 +92,8 @@ void write_xml(const std::string& path, const std::string& suite,
 std::string reason(const CaseRecord& c) {
     for (const auto& m : c.metrics)
         if (!m.pass)
-            return "tensor " + m.tensor + ": rel_rmse " + sci(m.rel_rmse) + " > bound " +
-                   sci(m.bound) +
+            return "tensor " + m.tensor + ": rel_rmse " + sci(m.rel_rmse, 2) + " > bound " +
+                   sci(m.bound, 2) +
                    (m.nonfinite ? ", " + std::to_string(m.nonfinite) + " nonfinite" : "");
     if (!c.findings.empty()) return c.findings.front().kind + " " + c.findings.front().tensor;
     return first_line(c.message);
@@ -140,7 +135,7 @@ void write_junit_gate(const std::string& path, const GateResult& result, const R
         TestCase& t = cases[g.case_id];
         const std::string line =
             (g.tensor.empty() ? "" : "tensor " + g.tensor + " ") + g.measure +
-            (g.note.empty() ? " " + sci(g.baseline) + " -> " + sci(g.run) : " " + g.note);
+            (g.note.empty() ? " " + sci(g.baseline, 2) + " -> " + sci(g.run, 2) : " " + g.note);
         if (t.kind.empty()) t.message = "regression: " + line;
         t.kind = "failure";
         t.details += line + "\n";

@@ -7,15 +7,10 @@
 #include <map>
 
 #include "core/dtype.h"
+#include "core/text.h"
 
 namespace lav::report {
 namespace {
-
-std::string sci(double x) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.3e", x);
-    return text;
-}
 
 size_t kind_rank(const std::string& kind) {
     const auto& kinds = finding_kinds();
@@ -77,8 +72,8 @@ void print_record(std::ostream& out, const CaseRecord& record, const View& view)
                                                        "bound", "max_abs", "at", "max_rel",
                                                        "nonfinite", "pass"}};
         for (const auto& m : record.metrics)
-            rows.push_back({"  " + m.tensor, m.dtype, m.expected_dtype, sci(m.rel_rmse),
-                            sci(m.bound), sci(m.max_abs), m.max_abs_index, sci(m.max_rel),
+            rows.push_back({"  " + m.tensor, m.dtype, m.expected_dtype, sci(m.rel_rmse, 3),
+                            sci(m.bound, 3), sci(m.max_abs, 3), m.max_abs_index, sci(m.max_rel, 3),
                             std::to_string(m.nonfinite), m.pass ? "yes" : "no"});
         out << '\n';
         print_columns(out, rows);
