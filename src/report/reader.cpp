@@ -38,6 +38,11 @@ RunInfo read_run(const h5::File& file) {
     run.command_line = h5::read_attribute<std::string>(file, "command_line");
     run.started_at = h5::read_attribute<std::string>(file, "started_at");
     run.seed = h5::read_attribute<uint64_t>(file, "seed");
+    // reports written before shards existed have neither
+    if (h5::has_attribute(file, "shard"))
+        run.shard = h5::read_attribute<std::string>(file, "shard");
+    if (h5::has_attribute(file, "selection"))
+        run.selection = h5::read_attribute<std::string>(file, "selection");
     // reports written before they kept their scenario files have no /scenarios
     const std::vector<std::string> links = file.open_group("/").link_names();
     if (std::find(links.begin(), links.end(), "scenarios") != links.end()) {

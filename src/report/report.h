@@ -35,6 +35,13 @@ struct RunInfo {
     std::vector<std::string> scenario_paths, scenario_texts;
     std::string started_at;  ///< ISO 8601 UTC
     uint64_t seed = 0;       ///< the base seed; each case records its own too
+    /// "K/N" for one shard of a run split by lav run --shard K/N; "" for a whole run (a merge
+    /// of all its shards included)
+    std::string shard;
+    /// what the whole run selected, shards or not: "<records> records <digest>", the digest
+    /// hashing the scenario files' texts, the selected record ids and the options that change a
+    /// record; shards of one run share it (lav merge checks that)
+    std::string selection;
 };
 
 /// One measured tensor of one case.

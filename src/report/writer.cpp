@@ -44,6 +44,8 @@ void write_run(const h5::File& file, const Report& report) {
     h5::write_attribute(file, "command_line", run.command_line);
     h5::write_attribute(file, "started_at", run.started_at);
     h5::write_attribute(file, "seed", run.seed);
+    h5::write_attribute(file, "shard", run.shard);
+    h5::write_attribute(file, "selection", run.selection);
     h5::write_attribute(file, "case_count", static_cast<int32_t>(report.cases.size()));
     h5::write_table(file, "scenarios",
                     {{"path", run.scenario_paths}, {"text", run.scenario_texts}});
