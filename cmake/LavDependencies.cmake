@@ -147,12 +147,24 @@ if(NOT LAV_ENABLE_PYTHON STREQUAL "OFF")
 endif()
 
 find_package(Git QUIET)
+set(LAV_COMMIT "" CACHE STRING
+    "lav's commit, recorded in reports, where the source folder is not lav's own git checkout")
 set(LAV_GIT_COMMIT "unknown")
-if(GIT_FOUND)
+if(LAV_COMMIT)
+    set(LAV_GIT_COMMIT "${LAV_COMMIT}")
+elseif(GIT_FOUND)
+    # a copy of lav inside another checkout must not take that checkout's commit for its own
+    execute_process(COMMAND "${GIT_EXECUTABLE}" rev-parse --show-toplevel
+                    WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}"
+                    OUTPUT_VARIABLE _lav_top OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
     execute_process(COMMAND "${GIT_EXECUTABLE}" rev-parse --short=12 HEAD
                     WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}"
                     OUTPUT_VARIABLE _lav_commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-    if(_lav_commit)
+    file(REAL_PATH "${CMAKE_SOURCE_DIR}" _lav_source)
+    if(_lav_top)
+        file(REAL_PATH "${_lav_top}" _lav_top)
+    endif()
+    if(_lav_commit AND _lav_top STREQUAL _lav_source)
         set(LAV_GIT_COMMIT "${_lav_commit}")
     endif()
 endif()

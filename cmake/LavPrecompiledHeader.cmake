@@ -11,6 +11,11 @@ function(lav_share_precompiled_header dir)
             continue()
         endif()
         target_precompile_headers(${target} REUSE_FROM lav_core)
+        # a PIC build compiles lav_core with -fPIC and executables with -fPIE, and gcc refuses
+        # a header precompiled under the other (-Winvalid-pch): executables take -fPIC too
+        if(CMAKE_POSITION_INDEPENDENT_CODE AND type STREQUAL "EXECUTABLE")
+            target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fPIC>)
+        endif()
     endforeach()
     get_property(subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
     foreach(subdir IN LISTS subdirs)

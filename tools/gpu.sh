@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/gpu.sh — on the CUDA machine: configure with CUDA, build, run the gpu tests; with
-# --sanitize also under compute-sanitizer memcheck; with --scenarios DIR... also `lav run`.
+# --sanitize also under compute-sanitizer (memcheck, racecheck, synccheck); with
+# --scenarios DIR... also `lav run`.
 # Logs and reports go to build-gpu/last/, and are copied to $OUT when set. Needs .devdeps/
 # (tools/devdeps.sh).
 set -uo pipefail
@@ -22,7 +23,9 @@ export OMP_WAIT_POLICY=PASSIVE
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+# LAV_COMMIT names lav's commit where this folder is a copy without its git history
 cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DLAV_ENABLE_CUDA=ON \
+    -DLAV_COMMIT="${LAV_COMMIT:-}" \
     -DCMAKE_PREFIX_PATH="$prefix" -DTorch_DIR="$prefix/Torch" >"$out/configure.log" 2>&1 \
     || { tail -30 "$out/configure.log"; exit 1; }
 grep "lav:" "$out/configure.log"
@@ -36,12 +39,21 @@ ctest --test-dir build-gpu -L gpu -j 8 --output-on-failure --output-junit "$PWD/
 status=$?
 tail -5 "$out/gpu-tests.log"
 if [ "$sanitize" = 1 ]; then
-    for t in build-gpu/tests/families/test_families_cuda build-gpu/tests/cuda/test_cuda_chunk; do
-        timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 "$t" \
-            --gtest_filter="${LAV_SANITIZE_FILTER:-*varlen*:*CuSeqlens*}" \
-            >"$out/sanitize-$(basename "$t").log" 2>&1
-        echo "compute-sanitizer memcheck $(basename "$t"): exit $?"
-        tail -2 "$out/sanitize-$(basename "$t").log"
+    # memcheck over the whole CUDA suites; racecheck and synccheck (slow) over a small matrix:
+    # one dtype pair per family in each layout, varlen included
+    small='*bf16*fp32*:*varlen*'
+    for t in build-gpu/tests/families/test_families_cuda build-gpu/tests/cuda/test_cuda_chunk \
+             build-gpu/tests/cuda/test_cuda_trace; do
+        [ -x "$t" ] || continue
+        for tool in memcheck racecheck synccheck; do
+            filter="${LAV_SANITIZE_FILTER:-*}"
+            [ "$tool" != memcheck ] && filter="${LAV_SANITIZE_SMALL:-$small}"
+            log="$out/sanitize-$tool-$(basename "$t").log"
+            timeout "${LAV_SANITIZE_TIMEOUT:-400}" compute-sanitizer --tool "$tool" \
+                --error-exitcode 3 "$t" --gtest_filter="$filter" >"$log" 2>&1
+            echo "compute-sanitizer $tool $(basename "$t") ($filter): exit $?;" \
+                "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|tests? ran' "$log" | tr '\n' ' ')"
+        done
     done
 fi
 if [ ${#scenarios[@]} -gt 0 ]; then
