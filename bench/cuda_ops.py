@@ -691,18 +691,23 @@ class Timer:
                 self._flush()
                 fn()
             self.sync()
-        total_us, kernels = 0.0, 0
+        total_us, kernels, each = 0.0, 0, []
         for row in prof.key_averages():
             if str(getattr(row, "device_type", "")).split(".")[-1] != "CUDA":
                 continue
             if "bitwise_not" in row.key:
                 continue
             us = getattr(row, "self_device_time_total", None)
-            total_us += us if us is not None else row.self_cuda_time_total
+            us = us if us is not None else row.self_cuda_time_total
+            total_us += us
             kernels += row.count
+            each.append({"name": row.key[:120], "per_call": row.count / iters,
+                         "us_per_call": us / iters})
         if kernels == 0:
             raise RuntimeError("the profiler saw no device activity")
-        return {"kernel_ms": total_us / 1e3 / iters, "kernels_per_call": kernels / iters}
+        each.sort(key=lambda k: -k["us_per_call"])
+        return {"kernel_ms": total_us / 1e3 / iters, "kernels_per_call": kernels / iters,
+                "kernels": each}
 
     def graph_ms(self, fn, iters: int) -> dict:
         """The call captured once as a CUDA graph, its replays timed with CUDA events: the GPU
