@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "cli/isolate.h"
 #include "cli/select.h"
+#include "cli/shard.h"
 #include "cli/stored_scenarios.h"
 #include "core/build_info.h"
 #include "core/error.h"
@@ -166,6 +167,24 @@ std::pair<std::set<std::string>, std::vector<std::string>> failed_records(const 
     return {ids, files};
 }
 
+// The run's `selection` attribute: its scenario texts, every selected record id and the
+// options that change what a record says, so that shards of one run share it and no other run's
+// does.
+std::string selection_of(const std::vector<Planned>& selected, const report::RunInfo& info,
+                         const harness::RunOptions& options) {
+    std::vector<std::string> parts = info.scenario_texts;
+    size_t records = 0;
+    for (const auto& p : selected)
+        for (const auto& r : p.records) parts.push_back(r.id), ++records;
+    std::string fail_on;
+    for (const auto& kind : options.fail_on) fail_on += kind + ",";
+    parts.push_back("fail-on=" + fail_on);
+    parts.push_back("strict-boundary=" + std::to_string(options.strict_boundary));
+    parts.push_back("decompose=" + std::to_string(options.decompose));
+    parts.push_back("equivalence=" + std::to_string(options.equivalence));
+    return selection_digest(records, parts);
+}
+
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& args, const std::string& command_line) {
@@ -184,6 +203,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string case_id;
     std::string rerun_failed;
     std::string from_report;
+    std::string shard_text;
     std::string color = "auto";
     int threads = 0;
     options.add_options()("paths", po::value(&paths)->value_name("files|dirs"),
@@ -243,6 +263,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "error) becomes that case's error records, and the run goes on")(
         "case", po::value(&case_id)->value_name("ID"),
         "run only the case with this exact id, as lav prints it without /variant/backend/pass")(
+        "shard", po::value(&shard_text)->value_name("K/N"),
+        "run shard K of N of the selected cases (1 <= K <= N): each case goes to one shard, the "
+        "same for every K, balanced by estimated cost; `lav merge` joins the N reports")(
         "strict-boundary", po::bool_switch(),
         "fail a case whose prologue hands the kernel a dtype, shape or layout its contract "
         "refuses (default: report it, fix it, and measure)")(
@@ -285,6 +308,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                  "lav run needs scenario files or folders (or --rerun-failed F, --from-report F)\n",
                  usage_line("run", options, positional));
     RecordSelection selection(filter_text, std::move(rerun));
+    const Shard shard = shard_text.empty() ? Shard{} : parse_shard(shard_text);
     if (vm.count("threads")) {
         LAV_CHECK_AS(UsageError, threads >= 1 && threads <= max_threads(), "--threads takes 1 to ",
                      max_threads(), " (four per hardware thread of this machine), got ", threads);
@@ -354,6 +378,33 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                  rerun_failed.empty() ? "" : " (no failed record of --rerun-failed is in them)",
                  skipped_long ? "; long cases need --long" : "");
 
+    harness::RunOptions run_options;
+    run_options.strict_boundary = vm["strict-boundary"].as<bool>();
+    run_options.backends = requested;
+    run_options.fail_on = parse_fail_on(fail_on);
+    run_options.decompose = vm["decompose"].as<bool>();
+    run_options.equivalence = vm["equivalence"].as<bool>();
+    run_options.python_prologue = providers::run_python_prologue;
+    report::RunInfo info = run_info(command_line, selected.front().c.seed, provided);
+    {
+        std::vector<std::string> files;
+        for (const auto& p : selected) files.push_back(p.c.file);
+        std::map<std::string, std::string> copies;  // a restored file's name -> its copy
+        for (const auto& [copy, name] : restored) copies[name] = copy;
+        keep_scenarios(files, copies, info);
+    }
+    info.shard = shard.text();
+    info.selection = selection_of(selected, info, run_options);
+    if (!shard.whole()) {
+        std::vector<ShardItem> items;
+        for (const auto& p : selected)
+            items.push_back({p.c.id, static_cast<double>(scenario::estimate_case_bytes(p.c)) *
+                                         static_cast<double>(p.records.size())});
+        std::vector<Planned> mine;
+        for (const size_t i : shard_positions(items, shard)) mine.push_back(std::move(selected[i]));
+        selected = std::move(mine);
+    }
+
     LAV_CHECK_AS(UsageError, resume.empty() || !vm.count("out") || out == resume,
                  "--resume F writes to F itself; drop --out");
     if (!resume.empty()) out = resume;
@@ -368,15 +419,16 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::unique_ptr<report::ReportWriter> writer;
     if (!resume.empty()) {
         report::Report previous = read_report_file(resume);
+        LAV_CHECK_AS(UsageError,
+                     previous.run.shard == info.shard && previous.run.selection == info.selection,
+                     resume, " was run ",
+                     previous.run.shard.empty() ? "whole" : "as shard " + previous.run.shard,
+                     " of a selection of ", previous.run.selection, "; this run is ",
+                     info.shard.empty() ? "whole" : "shard " + info.shard, " of ", info.selection,
+                     "\nnote: resume it with the scenario files and options it was run with");
         for (const auto& r : previous.cases) kept.insert(r.id);
         writer = std::make_unique<report::ReportWriter>(out, std::move(previous));
     } else {
-        report::RunInfo info = run_info(command_line, selected.front().c.seed, provided);
-        std::vector<std::string> files;
-        for (const auto& p : selected) files.push_back(p.c.file);
-        std::map<std::string, std::string> copies;  // a restored file's name -> its copy
-        for (const auto& [copy, name] : restored) copies[name] = copy;
-        keep_scenarios(files, copies, info);
         writer = std::make_unique<report::ReportWriter>(out, std::move(info));
     }
     writer->publish_every(kPublishEverySeconds);
@@ -397,12 +449,6 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     if (verbose)
         std::cerr << threading_note() << "\nrunning " << report::plural(runs, "record") << " of "
                   << report::plural(todo.size(), "case") << "\n";
-    harness::RunOptions run_options;
-    run_options.strict_boundary = vm["strict-boundary"].as<bool>();
-    run_options.backends = requested;
-    run_options.fail_on = parse_fail_on(fail_on);
-    run_options.decompose = vm["decompose"].as<bool>();
-    run_options.equivalence = vm["equivalence"].as<bool>();
     if (!dump_dir.empty())
         run_options.on_intermediates = [&](const std::vector<report::Intermediates>& dumps) {
             const std::string file = report::intermediates_file_name(dumps.front().case_id);

@@ -17,4 +17,12 @@ std::string bracketed(const std::vector<int64_t>& values) {
     return out + "]";
 }
 
+uint64_t fnv1a(const std::string& text, uint64_t h) {
+    for (const unsigned char ch : text) {
+        h ^= ch;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
 }  // namespace lav

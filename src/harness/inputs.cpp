@@ -6,18 +6,10 @@
 
 #include "core/error.h"
 #include "core/layout.h"
+#include "core/text.h"
 
 namespace lav::harness {
 namespace {
-
-// FNV-1a: a stable hash, so seeds are the same on every platform and build
-uint64_t fnv1a(const std::string& text, uint64_t h) {
-    for (unsigned char ch : text) {
-        h ^= ch;
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
 
 at::Tensor draw(const TensorSpec& spec, const scenario::Generator& gen, at::Generator& rng) {
     const auto opts = at::TensorOptions().dtype(at::kDouble);
