@@ -127,11 +127,13 @@ def backward(bound, tensors, settings, differentiated, cotangents):
 
 
 def describe_error(exc):
-    """The exception's last line, then the provider's own frames nearest it (innermost last)."""
+    """The exception's last line, then the user's own frames nearest it (innermost last): the
+    provider's or the prologue's, not those of lav's package."""
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if f.filename != __file__ and not f.filename.startswith("<frozen")
+        if not f.filename.startswith(here) and not f.filename.startswith("<frozen")
     ][-4:]
     where = "".join(f"\n  at {f.filename}:{f.lineno} in {f.name}" for f in frames)
     return "".join(traceback.format_exception_only(type(exc), exc)).strip() + where

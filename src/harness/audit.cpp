@@ -118,7 +118,8 @@ void check_cu_seqlens(const scenario::Case& c, const at::Tensor& declared, const
 }  // namespace
 
 CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<TensorSpec>& specs,
-                                 const CaseTensors& generated, Audit& audit) {
+                                 const CaseTensors& generated, Audit& audit,
+                                 const PythonRunner& python) {
     const scenario::Prologue& prologue = *c.prologue;
     // the prologue works in head_last order, on the values the kernel would have received
     TensorMap env = make_prologue_tensors(prologue, c.seed ^ kPrologueSalt);
@@ -129,6 +130,9 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
         declared_offsets = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
         env["cu_seqlens"] = declared_offsets;
     }
+    // CUDA autocast needs the tensors where the user's model had them
+    if (prologue.autocast == scenario::AutocastMode::fp16 && at::hasCUDA())
+        for (auto& [name, t] : env) t = t.to(at::kCUDA);
 
     // values are checked too: a prologue is short, and the op that first made a NaN is the
     // answer to "why is the kernel's output NaN"
@@ -139,6 +143,12 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
         scope.trace().label(
             t, name, declared && declared->parameter ? trace::Role::parameter : trace::Role::input);
     };
+    hooks.on_parameter = [&](const std::string& name, const at::Tensor& t, bool buffer) {
+        scope.trace().label(t, name, buffer ? trace::Role::buffer : trace::Role::parameter);
+    };
+    hooks.on_site_source = [&](trace::Trace::SiteSource source) {
+        scope.trace().set_site_source(source);
+    };
     hooks.on_assign = [&](const std::string& name, const at::Tensor& t) {
         scope.trace().label(t, name);
     };
@@ -147,7 +157,7 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
     hooks.on_value = [&](const std::string& text, const at::Tensor& t) {
         if (scope.trace().label_of(t).empty()) scope.trace().label(t, text);
     };
-    const TensorMap produced = run_prologue(prologue, std::move(env), hooks);
+    const TensorMap produced = run_prologue(prologue, std::move(env), hooks, python);
     const trace::Trace trace = scope.stop();
 
     for (const auto& f : merged(trace::find_promotions(trace, to_scalar_type(c.input_dtype))))
@@ -160,11 +170,12 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
             {row.seq, row.op, row.depth, row.autocast != 0, row.inputs, row.outputs, "traced", ""});
 
     if (declared_offsets.defined())
-        check_cu_seqlens(c, declared_offsets, produced.at("cu_seqlens"), trace, audit);
+        check_cu_seqlens(c, declared_offsets, produced.at("cu_seqlens").cpu(), trace, audit);
     CaseTensors out;
     for (const auto& spec : specs) {
-        const at::Tensor t = check_input(c, spec, produced.at(spec.name), trace, audit);
+        at::Tensor t = check_input(c, spec, produced.at(spec.name), trace, audit);
         if (!t.defined()) continue;
+        t = t.cpu();
         out.reference[spec.name] = t.to(at::kDouble);
         out.kernel[spec.name] = spec.time_major ? from_head_last(t, c.layout).contiguous() : t;
     }

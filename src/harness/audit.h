@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "harness/inputs.h"
+#include "harness/prologue.h"
 #include "report/report.h"
 
 namespace lav::harness {
@@ -31,8 +32,11 @@ struct Audit {
 /// Runs the prologue of `c` on `generated` (from make_tensors over `specs`) and returns the
 /// kernel inputs it produced, cast to the declared dtypes, in both forms (kernel and fp64
 /// reference). Fills `audit`; when it sets `audit.refusal`, the returned tensors are incomplete.
-/// A prologue that fails throws ScenarioError naming the statement.
+/// A prologue that fails throws ScenarioError naming the statement. A Python prologue runs
+/// through `python`, its module's parameters and buffers labelled by qualified name, and each
+/// op with the user's source place; under fp16 (CUDA) autocast its tensors are on the GPU.
 CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<TensorSpec>& specs,
-                                 const CaseTensors& generated, Audit& audit);
+                                 const CaseTensors& generated, Audit& audit,
+                                 const PythonRunner& python = {});
 
 }  // namespace lav::harness

@@ -123,10 +123,7 @@ class Executor {
     }
 
     [[noreturn]] void fail(const Span& at, const std::string& message, const std::string& note) {
-        const scenario::Diagnostic diagnostic{at, message, note};
-        throw ScenarioError(
-            scenario::render_diagnostic(diagnostic, prologue_.source_line(at.at.line)) +
-            "\n1 error in " + prologue_.file);
+        throw ScenarioError(prologue_diagnostic(prologue_, at, message, note));
     }
 
   private:
@@ -349,6 +346,13 @@ class Executor {
 
 }  // namespace
 
+std::string prologue_diagnostic(const Prologue& prologue, const Span& at,
+                                const std::string& message, const std::string& note) {
+    const scenario::Diagnostic diagnostic{at, message, note};
+    return scenario::render_diagnostic(diagnostic, prologue.source_line(at.at.line)) +
+           "\n1 error in " + prologue.file;
+}
+
 TensorMap make_prologue_tensors(const scenario::Prologue& prologue, uint64_t seed) {
     TensorMap out;
     const auto opts = at::TensorOptions().dtype(at::kDouble);
@@ -374,8 +378,9 @@ TensorMap make_prologue_tensors(const scenario::Prologue& prologue, uint64_t see
 }
 
 TensorMap run_prologue(const scenario::Prologue& prologue, TensorMap env,
-                       const PrologueHooks& hooks) {
-    if (hooks.on_input)
+                       const PrologueHooks& hooks, const PythonRunner& python) {
+    // a Python prologue's inputs are labelled as Python holds them, by the runner
+    if (hooks.on_input && !prologue.python)
         for (const auto& [name, tensor] : env) hooks.on_input(name, tensor);
     const at::DeviceType device = env.empty() ? at::kCPU : env.begin()->second.device().type();
     Executor executor(prologue, env, hooks.on_value);
@@ -398,6 +403,17 @@ TensorMap run_prologue(const scenario::Prologue& prologue, TensorMap env,
         case scenario::AutocastMode::disabled:
             region.emplace(device, false, std::nullopt);
             break;
+    }
+    if (prologue.python) {
+        if (!python)
+            throw EnvironmentError(prologue_diagnostic(
+                prologue, prologue.python->span, "this run of lav cannot call Python prologues",
+                "lav run calls them where its build has Python"));
+        for (auto& [name, value] : python(prologue, env, hooks)) {
+            if (hooks.on_assign) hooks.on_assign(name, value);
+            env[name] = std::move(value);
+        }
+        return env;
     }
     for (const scenario::Statement& statement : prologue.statements) {
         LAV_ASSERT(statement.valid, "a prologue with errors was run");

@@ -14,6 +14,10 @@
 //   hooks.on_assign = [&](const std::string& name, const at::Tensor& t) { trace.label(t, name); };
 //   TensorMap out = run_prologue(*c.prologue, std::move(env), hooks);
 //   at::Tensor k = out.at("k");                                 // fp32 if k_a was
+//
+// A Python prologue (`python = "file.py:function"`) runs the same way, in the same autocast
+// region, through a PythonRunner the caller hands in (the embedded interpreter lives in
+// providers/, which this library does not link).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,6 +30,7 @@
 
 #include "scenario/prologue.h"
 #include "trace/autocast.h"
+#include "trace/tracer.h"
 
 namespace lav::harness {
 
@@ -41,7 +46,27 @@ struct PrologueHooks {
     /// each tensor an expression or a function's inner step computes, with its text
     /// ("normalize(q)", "q * scale_mul", "cos(freqs)"), so that findings name it
     std::function<void(const std::string& text, const at::Tensor& tensor)> on_value;
+    /// Python prologues: each parameter and buffer of the module the function takes, by
+    /// qualified name ("blocks.3.attn.k_a"), before the function runs
+    std::function<void(const std::string& name, const at::Tensor& tensor, bool buffer)>
+        on_parameter;
+    /// Python prologues: where the ops are called from, for the tracer; set before the function
+    /// runs and reset to nullptr after
+    std::function<void(trace::Trace::SiteSource source)> on_site_source;
 };
+
+/// Calls a Python prologue's function on `env` and returns what it assigned, by name. It calls
+/// `hooks.on_input` with each tensor of `env` as the function receives it (the same values, the
+/// tensors Python holds), and `on_parameter` and `on_site_source`; the caller has opened the
+/// prologue's autocast region. Throws ScenarioError at the `python` key for what the function
+/// raised or returned wrong, EnvironmentError where the build has no Python.
+using PythonRunner = std::function<TensorMap(const scenario::Prologue& prologue,
+                                             const TensorMap& env, const PrologueHooks& hooks)>;
+
+/// `message` at `at` in the prologue's scenario file, rendered with its source line and `note`,
+/// then "1 error in <file>": what the errors found while a prologue runs carry.
+std::string prologue_diagnostic(const scenario::Prologue& prologue, const scenario::Span& at,
+                                const std::string& message, const std::string& note);
 
 /// Draws the prologue's declared tensors at their (resolved) shapes: drawn in fp64 and rounded
 /// to each tensor's dtype, like the kernel inputs. Each tensor's stream is seeded from (seed,
@@ -51,8 +76,9 @@ TensorMap make_prologue_tensors(const scenario::Prologue& prologue, uint64_t see
 /// Runs the ops in order on `env` (the kernel inputs and the prologue tensors, by name) and
 /// returns it with every assignment made: assigned names are added or replaced. Throws
 /// ScenarioError when an op fails, when a name the ops read is not in `env`, or when the
-/// autocast mode cannot be had on the tensors' device (fp16 needs CUDA tensors).
+/// autocast mode cannot be had on the tensors' device (fp16 needs CUDA tensors). A Python
+/// prologue is run by `python`; without one it throws EnvironmentError.
 TensorMap run_prologue(const scenario::Prologue& prologue, TensorMap env,
-                       const PrologueHooks& hooks = {});
+                       const PrologueHooks& hooks = {}, const PythonRunner& python = {});
 
 }  // namespace lav::harness

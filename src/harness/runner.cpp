@@ -156,7 +156,7 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     };
     if (c.prologue) {
         try {
-            in = run_prologue_audited(c, specs, in, audit);
+            in = run_prologue_audited(c, specs, in, audit, options.python_prologue);
         } catch (const InternalError&) {
             throw;
         } catch (const std::exception& e) {
@@ -169,6 +169,8 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
         }
     }
     const CaseTensors cot =
+        } catch (const EnvironmentError&) {
+            throw;  // no Python: no case of the run can have its prologue
         c.backward ? make_tensors(specs_of(family, c, Role::cotangent), c, kCotangentSalt)
                    : CaseTensors{};
     Call reference = with_tensors(base, in.reference, cot.reference);

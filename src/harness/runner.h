@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/prologue.h"
 #include "harness/registry.h"
 #include "report/intermediates.h"
 #include "report/report.h"
@@ -35,6 +36,9 @@ struct RunOptions {
     /// states of its "chunk" variant's CPU forward beside the reference's, for the families
     /// that hand them out
     std::function<void(const std::vector<report::Intermediates>&)> on_intermediates;
+    /// calls the functions of Python prologues (providers::run_python_prologue); unset, a case
+    /// with one stops the run with EnvironmentError
+    PythonRunner python_prologue;
 };
 
 /// Runs `c` on the backends `options` names: one record per (variant, backend, pass), handed to

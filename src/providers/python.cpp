@@ -8,12 +8,16 @@
 // Python.h first, as its documentation asks
 #include <ATen/ATen.h>
 #include <ATen/DLConvertor.h>
+#include <ATen/record_function.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <unordered_map>
 #include <utility>
 
 #include "core/error.h"
+#include "harness/prologue.h"
 #include "providers/provider.h"
 #include "providers/python.h"
 
@@ -225,6 +229,138 @@ Loaded load_python_provider(const std::string& module, harness::Registry& regist
                  " has no function named <variant>_<family> (e.g. chunk_simple_gla) for a family "
                  "of this build");
     return loaded;
+}
+
+}  // namespace lav::providers
+
+// ---- Python prologues ----
+
+namespace lav::providers {
+namespace {
+
+// The Python tensor whose TensorImpl is `cdata` (Tensor._cdata) as an at::Tensor sharing that
+// TensorImpl: the tracer knows tensors by TensorImpl, and DLPack would make a new one.
+at::Tensor same_tensor(PyObject* cdata) {
+    auto* impl = static_cast<c10::TensorImpl*>(PyLong_AsVoidPtr(cdata));
+    LAV_ASSERT(impl != nullptr, "a Python tensor without a TensorImpl");
+    return at::Tensor(
+        c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(impl));
+}
+
+// Where the user's code stands: "file.py:line" of the innermost frame outside torch and lav,
+// kept per code object and line. Code objects are held, so that their addresses stay theirs.
+struct Sites {
+    std::vector<std::string> skipped;  // folders whose frames are not the user's
+    std::unordered_map<PyCodeObject*, std::string> files;  // "" for a skipped file
+    std::map<std::pair<PyCodeObject*, int>, std::string> places;
+};
+Sites* sites = nullptr;  // made with the first Python prologue; read under the GIL
+
+const char* site_of(PyCodeObject* code, int line) {
+    auto file = sites->files.find(code);
+    if (file == sites->files.end()) {
+        Py_INCREF(code);
+        const char* path = PyUnicode_AsUTF8(code->co_filename);
+        std::string shown = path ? path : "<unknown>";
+        bool skip = shown.empty() || shown[0] == '<';
+        for (const std::string& dir : sites->skipped) skip = skip || shown.rfind(dir, 0) == 0;
+        if (skip)
+            shown.clear();
+        else
+            shown = std::filesystem::path(shown).filename().string();
+        file = sites->files.emplace(code, std::move(shown)).first;
+    }
+    if (file->second.empty()) return nullptr;
+    auto place = sites->places.try_emplace({code, line}).first;
+    if (place->second.empty()) place->second = file->second + ":" + std::to_string(line);
+    return place->second.c_str();
+}
+
+// Trace::SiteSource for ops the prologue's function calls. torch's bindings let go of the GIL
+// while an op runs, so it is taken again to read the calling thread's frames.
+const char* python_site() {
+    const PyGILState_STATE gil = PyGILState_Ensure();
+    const char* site = nullptr;
+    PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+    Py_XINCREF(frame);
+    while (frame != nullptr && site == nullptr) {
+        PyCodeObject* code = PyFrame_GetCode(frame);
+        site = site_of(code, PyFrame_GetLineNumber(frame));
+        Py_DECREF(code);
+        PyFrameObject* back = PyFrame_GetBack(frame);
+        Py_DECREF(frame);
+        frame = back;
+    }
+    Py_XDECREF(frame);
+    PyGILState_Release(gil);
+    return site;
+}
+
+}  // namespace
+
+harness::TensorMap run_python_prologue(const scenario::Prologue& prologue,
+                                       const harness::TensorMap& env,
+                                       const harness::PrologueHooks& hooks) {
+    const scenario::PythonFunction& fn = *prologue.python;
+    const auto fail = [&](const std::string& message) {
+        throw ScenarioError(
+            harness::prologue_diagnostic(prologue, fn.span, message, python_error()));
+    };
+    start_interpreter();
+    Ref shim(PyImport_ImportModule("lav._prologue_call"));
+    LAV_CHECK_AS(EnvironmentError, shim, "cannot import lav's Python package from ",
+                 LAV_PYTHON_PACKAGE_DIR, ": ", python_error());
+    if (sites == nullptr) {
+        sites = new Sites();  // lives as long as the interpreter: the process
+        Ref dirs(PyObject_CallMethod(shim.get(), "skipped_dirs", nullptr));
+        if (!dirs) fail("cannot find torch's folder");
+        for (Py_ssize_t i = 0; i < PyList_Size(dirs.get()); ++i)
+            sites->skipped.push_back(text_of(PyList_GetItem(dirs.get(), i)));
+    }
+    Ref sizes = checked(PyDict_New(), "dict");
+    for (const auto& [name, size] : fn.sizes)
+        PyDict_SetItemString(sizes.get(), name.c_str(), Ref(PyLong_FromLongLong(size)).get());
+
+    Ref prepared;
+    {
+        // loading the file and building the module are not the prologue's ops
+        at::DisableRecordFunctionGuard untraced;
+        prepared = Ref(PyObject_CallMethod(shim.get(), "prepare", "ssOOK", fn.file.c_str(),
+                                           fn.function.c_str(), tensor_dict(env).get(), sizes.get(),
+                                           static_cast<unsigned long long>(fn.seed)));
+    }
+    if (!prepared) fail("cannot call " + fn.function + "()");
+    PyObject* call = PyTuple_GetItem(prepared.get(), 0);
+    PyObject* inputs = PyTuple_GetItem(prepared.get(), 1);
+    PyObject* owned = PyTuple_GetItem(prepared.get(), 2);
+    for (Py_ssize_t i = 0; i < PyList_Size(inputs); ++i) {
+        PyObject* item = PyList_GetItem(inputs, i);
+        if (hooks.on_input)
+            hooks.on_input(text_of(PyTuple_GetItem(item, 0)),
+                           same_tensor(PyTuple_GetItem(item, 1)));
+    }
+    for (Py_ssize_t i = 0; i < PyList_Size(owned); ++i) {
+        PyObject* item = PyList_GetItem(owned, i);
+        if (hooks.on_parameter)
+            hooks.on_parameter(text_of(PyTuple_GetItem(item, 0)),
+                               same_tensor(PyTuple_GetItem(item, 1)),
+                               PyObject_IsTrue(PyTuple_GetItem(item, 2)) == 1);
+    }
+
+    if (hooks.on_site_source) hooks.on_site_source(&python_site);
+    Ref out(PyObject_CallMethod(shim.get(), "run", "(O)", call));
+    if (hooks.on_site_source) hooks.on_site_source(nullptr);
+    if (!out) fail(fn.function + "() raised");
+
+    harness::TensorMap assigned;
+    at::DisableRecordFunctionGuard untraced;
+    Ref results(PyObject_CallMethod(shim.get(), "results", "OO", call, out.get()));
+    if (!results) fail(fn.function + "() returned what lav cannot take");
+    for (Py_ssize_t i = 0; i < PyList_Size(results.get()); ++i) {
+        PyObject* item = PyList_GetItem(results.get(), i);
+        assigned[text_of(PyTuple_GetItem(item, 0))] = same_tensor(PyTuple_GetItem(item, 2));
+    }
+    return assigned;
 }
 
 }  // namespace lav::providers

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "harness/prologue.h"
 #include "harness/registry.h"
 
 namespace lav::providers {
@@ -24,6 +25,13 @@ struct Loaded {
 /// Imports `module` (a module name on the interpreter's path, or a path to a .py file) and adds
 /// a row for each of its functions named after a variant of a family of this build.
 Loaded load_python_provider(const std::string& module, harness::Registry& registry);
+
+/// Runs a Python prologue (`[prologue] python = "file.py:function"`) in the same interpreter,
+/// as harness::PythonRunner describes; lav/_prologue_call.py says how the function is called
+/// and what it may return. A build without Python throws EnvironmentError at the key.
+harness::TensorMap run_python_prologue(const scenario::Prologue& prologue,
+                                       const harness::TensorMap& env,
+                                       const harness::PrologueHooks& hooks);
 
 /// Why this build cannot run Python providers, or "" when it can.
 std::string python_unavailable();

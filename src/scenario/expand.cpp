@@ -624,6 +624,11 @@ class CaseBuilder {
     }
 
     void check_family_rules(const Case& c) {
+        if (prologue.python) {
+            prologue.python->sizes = {{"B", c.B}, {"T", c.T}, {"H", c.H},
+                                      {"K", c.K}, {"V", c.V}, {"HV", c.HV}};
+            prologue.python->seed = c.seed;
+        }
         if (!family_ || !family_->check) return;
         for (const FamilyIssue& issue : family_->check(c))
             error(setting_span(issue.path), issue.message, issue.note);

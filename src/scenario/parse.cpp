@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <tuple>
 
 #include "core/error.h"
@@ -29,7 +31,7 @@ const std::vector<std::string> kShapeKeys = {"B", "T", "H", "K", "V", "HV"};
 const std::vector<std::string> kRequiredShapeKeys = {"B", "T", "H", "K", "V"};
 const std::vector<std::string> kDTypeKeys = {"inputs", "gates", "state", "output"};
 const std::vector<std::string> kGeneratorKeys = {"dist", "scale", "normalizer"};
-const std::vector<std::string> kPrologueKeys = {"autocast", "ops", "tensors"};
+const std::vector<std::string> kPrologueKeys = {"autocast", "ops", "python", "tensors"};
 const std::vector<std::string> kPrologueTensorKeys = {"shape", "dtype", "parameter", "dist",
                                                       "scale"};
 const std::vector<std::string> kPrologueDists = {"randn", "rand", "zeros", "ones"};
@@ -494,9 +496,16 @@ class Checker {
             }
         }
         const Node* ops = prologue->find("ops");
-        if (!ops) {
+        if (const Node* python = prologue->find("python")) {
+            if (ops)
+                diags_.error(ops->key_span, "a prologue is 'ops' or 'python', not both",
+                             "keep the one to run");
+            else
+                parsed.python = read_python_function(*python);
+        } else if (!ops) {
             diags_.error(at, "missing required key 'prologue.ops'",
-                         "add ops = \"\"\" ... \"\"\" with one assignment per line");
+                         "add ops = \"\"\" ... \"\"\" with one assignment per line, or "
+                         "python = \"file.py:function\"");
         } else if (ops->kind != NodeKind::string) {
             diags_.error(ops->span, type_message("prologue.ops", "a string", *ops));
         } else {
@@ -520,6 +529,54 @@ class Checker {
 
     /// A [prologue.tensors] entry with its shape as written; nullopt when ops cannot name it.
     /// Its dtype is read for each case.
+    /// `python = "file.py:function"`: the file, relative to the scenario's folder, must define
+    /// the function at its top level. Whether this build can run it is the run's question.
+    std::optional<PythonFunction> read_python_function(const Node& value) {
+        if (value.kind != NodeKind::string) {
+            diags_.error(value.span, type_message("prologue.python", "a string", value));
+            return std::nullopt;
+        }
+        const std::string& text = value.string_value;
+        const std::size_t colon = text.rfind(':');
+        if (colon == std::string::npos || colon == 0 || !is_identifier(text.substr(colon + 1))) {
+            diags_.error(value.span,
+                         "prologue.python must be \"path/file.py:function\", got " +
+                             in_quotes(text),
+                         "e.g. python = \"rwkv7.py:prologue\", the path relative to this file");
+            return std::nullopt;
+        }
+        namespace fs = std::filesystem;
+        PythonFunction fn;
+        fn.span = value.span;
+        fn.function = text.substr(colon + 1);
+        const fs::path given = text.substr(0, colon);
+        fn.file = (given.is_absolute() ? given : fs::path(document_.path).parent_path() / given)
+                      .lexically_normal()
+                      .string();
+        std::error_code ec;
+        std::ifstream in(fn.file);
+        if (!fs::is_regular_file(fn.file, ec) || !in) {
+            diags_.error(value.span, "no Python file " + in_quotes(fn.file),
+                         "the path is relative to the folder of " + document_.path);
+            return std::nullopt;
+        }
+        // a top-level `def function(`: the file is the user's, and lav reads it without Python
+        std::vector<std::string> defined;
+        for (std::string line; std::getline(in, line);) {
+            std::string_view rest = line;
+            if (rest.rfind("async ", 0) == 0) rest.remove_prefix(6);
+            if (rest.rfind("def ", 0) != 0) continue;
+            rest.remove_prefix(4);
+            defined.emplace_back(rest.substr(0, rest.find_first_of("( :")));
+            if (defined.back() == fn.function) return fn;
+        }
+        diags_.error(value.span,
+                     in_quotes(fn.file) + " defines no function " + in_quotes(fn.function) +
+                         " at its top level",
+                     defined.empty() ? "it defines no function" : "it defines: " + join(defined));
+        return std::nullopt;
+    }
+
     std::optional<PrologueTensor> read_prologue_tensor(const Node& entry) {
         const std::string path = "prologue.tensors." + entry.key;
         if (!is_identifier(entry.key)) {

@@ -13,10 +13,15 @@
 //   [prologue.tensors]
 //   a   = { shape = ["B", "T", "H", "K"], dtype = "fp16" }
 //   k_a = { shape = ["K"], dtype = "fp32", parameter = true }
+//
+// Or the user's own Python, `python = "rwkv7.py:prologue"` in place of `ops` (the file relative
+// to the scenario file): lav calls that function on the same tensors (providers/python.h).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -125,11 +130,22 @@ struct Statement {
     bool valid = true;
 };
 
+/// `[prologue] python = "path/file.py:function"`, the file resolved against the scenario's folder.
+struct PythonFunction {
+    std::string file;      ///< the path as lav opens it
+    std::string function;  ///< a function defined at the top level of `file`
+    Span span;             ///< the key's value, for errors found while it runs
+    /// the case's sizes (B, T, H, K, V, HV) and seed, for the module factory (make_module)
+    std::map<std::string, int64_t> sizes;
+    uint64_t seed = 0;
+};
+
 struct Prologue {
     AutocastMode autocast = AutocastMode::off;
-    Span autocast_span;                   ///< the autocast value, or the [prologue] header
-    std::vector<PrologueTensor> tensors;  ///< in declaration order
-    std::vector<Statement> statements;    ///< in execution order
+    Span autocast_span;                    ///< the autocast value, or the [prologue] header
+    std::vector<PrologueTensor> tensors;   ///< in declaration order
+    std::vector<Statement> statements;     ///< in execution order; empty for a Python prologue
+    std::optional<PythonFunction> python;  ///< set instead of `statements`
     std::string file;
     /// the scenario file's lines, shared by its cases, to quote in errors found while the ops
     /// run; null for a prologue that was not loaded from a file

@@ -171,6 +171,7 @@ std::string render(const Walk& walk) {
         out += " —" + step.op->op;
         if (!step.operands.empty()) out += "(" + step.operands + ")";
         if (step.op->autocast) out += "[autocast]";
+        if (!step.op->site.empty()) out += " at " + step.op->site;
         out += "→ " + dtype_str(step.out);
     }
     return out;
@@ -189,6 +190,7 @@ Finding promotion(const Trace& trace, const OpRecord& op, int narrow_input, int 
     f.seq = op.seq;
     f.message =
         name + ": " + dtype_str(narrow.dtype) + " -> " + dtype_str(out.dtype) + " at " + op.op;
+    if (!op.site.empty()) f.message += " in " + op.site;
     if (op.autocast) f.message += " under autocast";
     if (is_cast(op)) {
         f.message += ", explicit cast";
@@ -220,6 +222,9 @@ bool accumulates_into(const OpRecord& op, const std::vector<int>& hits) {
 std::string tensor_name(const Trace& trace, const TensorInfo& info) {
     const std::string& label = label_for(trace, info);
     if (!label.empty()) return label;
+    // an unnamed tensor of the user's Python is named by the op and line that made it
+    if (info.producer >= 0 && !trace.ops()[info.producer].site.empty())
+        return trace.ops()[info.producer].op + " at " + trace.ops()[info.producer].site;
     if (info.producer >= 0) return "#" + std::to_string(info.producer);
     return "external";
 }
@@ -393,11 +398,12 @@ std::vector<Finding> find_nonfinite_origin(const Trace& trace) {
         const int output = static_cast<int>(out - op.outputs.begin());
         const std::string name = tensor_name(trace, *out);
         const std::string values = out->has_nan && out->has_inf ? "NaN and Inf"
-                                   : out->has_nan             ? "NaN"
-                                                              : "Inf";
+                                   : out->has_nan               ? "NaN"
+                                                                : "Inf";
         std::string operands;
         for (const TensorInfo& in : op.inputs)
-            operands += (operands.empty() ? "" : ", ") + tensor_name(trace, in) + ": " + describe(in);
+            operands +=
+                (operands.empty() ? "" : ", ") + tensor_name(trace, in) + ": " + describe(in);
         const auto entered = std::find_if(op.inputs.begin(), op.inputs.end(), bad);
         Finding f;
         f.tensor = name;
@@ -405,8 +411,10 @@ std::vector<Finding> find_nonfinite_origin(const Trace& trace) {
         f.history = history_of_seq(trace, op.seq, output);
         if (entered != op.inputs.end()) {
             f.kind = "NONFINITE";
-            f.message = tensor_name(trace, *entered) + " holds NaN/Inf before any traced op made "
-                        "it: it entered the prologue so, and " + op.op + " passed it on";
+            f.message = tensor_name(trace, *entered) +
+                        " holds NaN/Inf before any traced op made "
+                        "it: it entered the prologue so, and " +
+                        op.op + " passed it on";
         } else if (out->has_inf && (out->dtype == at::kHalf || out->dtype == at::kBFloat16)) {
             f.kind = "OVERFLOW";
             f.message = op.op + "(" + operands + ") -> " + describe(*out) + " made " + values +
@@ -424,4 +432,3 @@ std::vector<Finding> find_nonfinite_origin(const Trace& trace) {
 }
 
 }  // namespace lav::trace
-

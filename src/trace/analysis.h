@@ -78,7 +78,8 @@ std::string history(const Trace& trace, const at::Tensor& tensor);
 std::string history_of_seq(const Trace& trace, int64_t seq, int output = 0);
 
 /// What a tensor is called in histories and findings: its label (given before or after the
-/// use), else "#<producer seq>", else "external".
+/// use), else its producer and the source place of it ("aten::sin at rotary.py:12") where the
+/// trace knows one, else "#<producer seq>", else "external".
 std::string tensor_name(const Trace& trace, const TensorInfo& info);
 
 /// The seqs of the ops (any depth) with a floating input or output of a dtype other than

@@ -65,6 +65,8 @@ const char* role_name(Role role) {
             return "input";
         case Role::parameter:
             return "parameter";
+        case Role::buffer:
+            return "buffer";
         case Role::state:
             return "state";
         case Role::unspecified:
@@ -137,6 +139,7 @@ OpRecord Trace::materialize(int64_t seq) const {
     rec.op = name(raw.name);
     rec.depth = raw.depth;
     rec.autocast = raw.autocast;
+    if (raw.site >= 0) rec.site = name(static_cast<uint32_t>(raw.site));
     rec.inputs.reserve(raw.inputs_count);
     for (uint32_t i = 0; i < raw.inputs_count; ++i)
         rec.inputs.push_back(materialize(tensors_[raw.inputs_begin + i]));
@@ -355,6 +358,8 @@ void Trace::on_start(const at::RecordFunction& fn) {
     RawOp& op = raw_ops_.emplace_back();
     op.name = intern_name(fn.name());
     op.depth = static_cast<int32_t>(open_.size());
+    if (site_source_ != nullptr && op.depth == 0)
+        if (const char* site = site_source_()) op.site = static_cast<int32_t>(intern_name(site));
     op.inputs_begin = static_cast<uint32_t>(tensors_.size());
     open_.push_back({seq, static_cast<uint32_t>(open_inputs_.size())});
     for_each_tensor(fn.inputs(), [&](const at::Tensor& t) {

@@ -41,9 +41,9 @@ struct ObserverContext;
 namespace lav::trace {
 
 /// What a labelled tensor is to the case; shown next to its name in findings.
-enum class Role { unspecified, input, parameter, state };
+enum class Role { unspecified, input, parameter, buffer, state };
 
-/// "input", "parameter", "state"; "" for unspecified.
+/// "input", "parameter", "buffer", "state"; "" for unspecified.
 const char* role_name(Role role);
 
 /// One tensor as an op saw it.
@@ -63,10 +63,11 @@ struct TensorInfo {
 
 /// One aten op.
 struct OpRecord {
-    int64_t seq = 0;                 ///< 0, 1, 2, ... in call order (top-level and nested ops)
-    std::string op;                  ///< "aten::addcmul"
-    int depth = 0;                   ///< 0 for ops called directly, > 0 for ops inside another op
-    bool autocast = false;           ///< autocast was on for the op's device when it started
+    int64_t seq = 0;        ///< 0, 1, 2, ... in call order (top-level and nested ops)
+    std::string op;         ///< "aten::addcmul"
+    int depth = 0;          ///< 0 for ops called directly, > 0 for ops inside another op
+    bool autocast = false;  ///< autocast was on for the op's device when it started
+    std::string site;  ///< depth 0: the caller's source place ("rwkv7.py:117"), "" when unknown
     std::vector<TensorInfo> inputs;  ///< tensor inputs only (scalars are left out); lists flattened
     std::vector<TensorInfo> outputs;
 };
@@ -111,6 +112,12 @@ class Trace {
     /// The role given with the label of `tensor`.
     Role role_of(const at::Tensor& tensor) const;
 
+    /// Where the code that calls the traced ops stands, asked at each depth-0 op: a C string
+    /// ("rwkv7.py:117") that stays valid for the trace's life, or nullptr. The embedded Python
+    /// sets one for a Python prologue (providers/python.cpp); null (the default) asks nothing.
+    using SiteSource = const char* (*)();
+    void set_site_source(SiteSource source) { site_source_ = source; }
+
   private:
     friend class TraceScope;
 
@@ -133,6 +140,7 @@ class Trace {
         uint32_t inputs_begin = 0, inputs_count = 0;
         uint32_t outputs_begin = 0, outputs_count = 0;
         int32_t depth = 0;
+        int32_t site = -1;  // into names_; -1: unknown
         bool autocast = false;
     };
     struct Label {
@@ -209,6 +217,7 @@ class Trace {
     void on_end(const at::RecordFunction& fn);
     void record_tensor(RawTensor& raw, const at::Tensor& t);
     bool check_values_ = false;
+    SiteSource site_source_ = nullptr;
     uint32_t intern_name(const char* name);
     const char* name(uint32_t id) const { return name_chars_.data() + name_begin_[id]; }
     uint32_t intern_shape(c10::IntArrayRef sizes);
