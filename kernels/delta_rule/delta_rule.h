@@ -61,6 +61,12 @@ DeltaRuleFwd delta_rule_recurrent_fwd_cpu(const DeltaRuleArgs& args);
 DeltaRuleGrads delta_rule_recurrent_bwd_cpu(const DeltaRuleArgs& args, const at::Tensor& d_o,
                                             const at::Tensor& dht);
 
+/// The CUDA backend (builds with CUDA only; recurrent variant): the tensors of `args` on one
+/// CUDA device, cu_seqlens int32 or int64 on any device; results on that device.
+DeltaRuleFwd delta_rule_recurrent_fwd_cuda(const DeltaRuleArgs& args);
+DeltaRuleGrads delta_rule_recurrent_bwd_cuda(const DeltaRuleArgs& args, const at::Tensor& d_o,
+                                             const at::Tensor& dht);
+
 /// The precision contract of `variant` ("chunk" or "recurrent"), `backward` or forward, for
 /// the dtypes of `args`. Its items name every tensor the variant stores, including
 /// "o", "ht", "dq", "dk", "dv", "dbeta", "dh0" for the observable results.

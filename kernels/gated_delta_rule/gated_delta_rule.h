@@ -73,6 +73,13 @@ GatedDeltaRuleGrads gated_delta_rule_recurrent_bwd_cpu(const GatedDeltaRuleArgs&
                                                        const at::Tensor& d_o,
                                                        const at::Tensor& dht);
 
+/// The CUDA backend (builds with CUDA only; recurrent variant): the tensors of `args` on one
+/// CUDA device, cu_seqlens int32 or int64 on any device; results on that device.
+GatedDeltaRuleFwd gated_delta_rule_recurrent_fwd_cuda(const GatedDeltaRuleArgs& args);
+GatedDeltaRuleGrads gated_delta_rule_recurrent_bwd_cuda(const GatedDeltaRuleArgs& args,
+                                                        const at::Tensor& d_o,
+                                                        const at::Tensor& dht);
+
 /// The precision contract of `variant` ("chunk" or "recurrent"), `backward` or forward, for
 /// the dtypes and options of `args`. Its items name every tensor the variant stores, including
 /// "o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0" for the observable

@@ -75,6 +75,11 @@ KdaGrads kda_chunk_bwd_cpu(const KdaArgs& args, const at::Tensor& d_o, const at:
 KdaFwd kda_recurrent_fwd_cpu(const KdaArgs& args);
 KdaGrads kda_recurrent_bwd_cpu(const KdaArgs& args, const at::Tensor& d_o, const at::Tensor& dht);
 
+/// The CUDA backend (builds with CUDA only; recurrent variant): the tensors of `args` on one
+/// CUDA device, cu_seqlens int32 or int64 on any device; results on that device.
+KdaFwd kda_recurrent_fwd_cuda(const KdaArgs& args);
+KdaGrads kda_recurrent_bwd_cuda(const KdaArgs& args, const at::Tensor& d_o, const at::Tensor& dht);
+
 /// The precision contract of `variant` ("chunk" or "recurrent"), `backward` or forward, for
 /// the dtypes and options of `args`. Its items name every tensor the variant stores, including
 /// "o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dA_log", "ddt_bias", "dh0" for the observable

@@ -1,0 +1,560 @@
+// kernels/common/cuda/delta_recurrent.cu — the recurrent delta rule on CUDA, forward and
+// backward, for delta_rule, gated_delta_rule and kda (delta_recurrent_cuda.h).
+//
+// A block is one (sequence, value head, 16 value columns); each of its warps owns kCols columns
+// of the fp32 state and spreads the K rows over its lanes (key = lane + 32 j), so Sᵀk and Sᵀq
+// are one warp reduction per column and the state never leaves registers. Every step is the
+// CPU backend's (common/cpu/delta_chunk.h step(), kda_cpu.cpp decay_and_delta/add_update) in
+// the same order: S ← a S, p = Sᵀk, u = β (v − p), S ← S + k uᵀ, o = Sᵀ(scale q).
+//
+// The backward is the CPU backend's too: a forward pass keeps the state before every
+// `segment`-th step (fp32, in the workspace); then, segment by segment from the end, the
+// states before each step are recomputed from its checkpoint into the workspace and walked
+// backwards carrying dS. Sums over the value columns (dq, dk, dg per key, dβ, GDN's dg) are
+// added across warps and blocks into fp32 scratch with atomics; two finishing kernels take
+// them through the l2norm (per key head, after the GVA sum), the β sigmoid and the in-kernel
+// gate (per value head), rounding each result once.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/cuda_tensor.cuh"
+#include "common/cuda/delta_recurrent_cuda.h"
+
+namespace lav::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // warps per block
+constexpr int kCols = 4;   // value columns per warp
+// FLA's l2norm puts its eps inside the root; its softplus returns x itself above the cut
+constexpr float kL2NormEps = 1e-6f;
+constexpr float kSoftplusCut = 20.f;
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+
+__device__ __forceinline__ float softplus(float x) {
+    return x > kSoftplusCut ? x : log1pf(expf(x));
+}
+
+/// The log decay of the in-kernel gate from its argument x = g + dt_bias and rate exp(A_log).
+__device__ __forceinline__ float activated_gate(const DeltaProblem& p, float rate, float x) {
+    return p.lower_bound_form ? sigmoid(rate * x) * p.lower_bound : -(softplus(x) * rate);
+}
+
+/// The tile a warp owns: sequence n, value head hv (key head h), columns [col0, col0 + kCols).
+struct Tile {
+    int n, hv, h, col0;
+    Span s;
+    int64_t state;  // offset of this value head's [K, V] state
+};
+
+__device__ __forceinline__ Tile tile_of(const DeltaProblem& p) {
+    Tile w;
+    w.n = blockIdx.x / p.value_heads;
+    w.hv = blockIdx.x % p.value_heads;
+    w.h = w.hv / (p.value_heads / p.heads);
+    w.col0 = (blockIdx.y * kWarps + threadIdx.x / 32) * kCols;
+    w.s = span(p.seqs, w.n);
+    w.state = (int64_t(w.n) * p.value_heads + w.hv) * p.dk * p.dv;
+    return w;
+}
+
+/// What one step reads, for the lane's keys: q and k as the recurrence uses them (normalised
+/// when asked; 0 past K), the decay of each key (1 past K and without a gate), and β as used.
+template <int KPL>
+struct Step {
+    float q[KPL], k[KPL], a[KPL];
+    float beta;
+};
+
+/// The log decay of step t: per head (key < 0) or of one key, activated in the kernel when asked.
+__device__ __forceinline__ float log_decay(const DeltaProblem& p, const Tile& w, int64_t t,
+                                           int key) {
+    const int64_t off = at(p.g, w.s, t, w.hv) + (key >= 0 ? key : 0);
+    const float raw = load(p.g.data, p.g.dtype, off);
+    if (!p.gate_in_kernel) return raw;
+    const float bias =
+        p.dt_bias != nullptr ? p.dt_bias[key >= 0 ? int64_t(w.hv) * p.dk + key : w.hv] : 0.f;
+    return activated_gate(p, expf(p.A_log[w.hv]), raw + bias);
+}
+
+template <int KPL>
+__device__ __forceinline__ void load_step(const DeltaProblem& p, const Tile& w, int64_t t,
+                                          Step<KPL>& st) {
+    const int lane = threadIdx.x % 32;
+    const int64_t qo = at(p.q, w.s, t, w.h), ko = at(p.k, w.s, t, w.h);
+    float qq = 0.f, kk = 0.f;
+#pragma unroll
+    for (int j = 0; j < KPL; ++j) {
+        const int key = lane + 32 * j;
+        const bool in = key < p.dk;
+        st.q[j] = in ? load(p.q.data, p.q.dtype, qo + key) : 0.f;
+        st.k[j] = in ? load(p.k.data, p.k.dtype, ko + key) : 0.f;
+        qq += st.q[j] * st.q[j];
+        kk += st.k[j] * st.k[j];
+    }
+    if (p.l2norm) {
+        // x · rstd with rstd = 1/√(Σ x² + eps), in fp32 and never rounded (the CPU recurrent
+        // variant's contract)
+        const float rq = 1.f / sqrtf(warp_sum(qq) + kL2NormEps);
+        const float rk = 1.f / sqrtf(warp_sum(kk) + kL2NormEps);
+#pragma unroll
+        for (int j = 0; j < KPL; ++j) {
+            st.q[j] *= rq;
+            st.k[j] *= rk;
+        }
+    }
+    const float head = p.gate == DeltaGate::per_head ? expf(log_decay(p, w, t, -1)) : 1.f;
+#pragma unroll
+    for (int j = 0; j < KPL; ++j) {
+        const int key = lane + 32 * j;
+        st.a[j] = p.gate == DeltaGate::per_key && key < p.dk ? expf(log_decay(p, w, t, key)) : head;
+    }
+    const float b = load(p.beta.data, p.beta.dtype, at(p.beta, w.s, t, w.hv));
+    st.beta = p.beta_sigmoid ? sigmoid(b) * p.beta_scale : b;
+}
+
+template <int KPL>
+__device__ __forceinline__ void load_state(float (&S)[KPL][kCols], const void* src, DType dtype,
+                                           const DeltaProblem& p, const Tile& w) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < KPL; ++j)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            const int key = lane + 32 * j, col = w.col0 + c;
+            S[j][c] = src != nullptr && key < p.dk && col < p.dv
+                          ? load(src, dtype, w.state + int64_t(key) * p.dv + col)
+                          : 0.f;
+        }
+}
+
+template <int KPL>
+__device__ __forceinline__ void store_state(const float (&S)[KPL][kCols], void* dst,
+                                            const DeltaProblem& p, const Tile& w) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < KPL; ++j)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            const int key = lane + 32 * j, col = w.col0 + c;
+            if (key < p.dk && col < p.dv)
+                store(dst, p.state, w.state + int64_t(key) * p.dv + col, S[j][c]);
+        }
+}
+
+/// The fp32 copy of the lane's state elements at `at` ([K, V] row-major, fp32 scratch): written
+/// and read back by the same thread, so no synchronisation is needed.
+template <int KPL>
+__device__ __forceinline__ void put(const float (&S)[KPL][kCols], float* at_, const DeltaProblem& p,
+                                    const Tile& w) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < KPL; ++j)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            const int key = lane + 32 * j, col = w.col0 + c;
+            if (key < p.dk && col < p.dv) at_[int64_t(key) * p.dv + col] = S[j][c];
+        }
+}
+
+template <int KPL>
+__device__ __forceinline__ void get(float (&S)[KPL][kCols], const float* at_, const DeltaProblem& p,
+                                    const Tile& w) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < KPL; ++j)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            const int key = lane + 32 * j, col = w.col0 + c;
+            S[j][c] = key < p.dk && col < p.dv ? at_[int64_t(key) * p.dv + col] : 0.f;
+        }
+}
+
+__device__ __forceinline__ void load_cols(float (&x)[kCols], const Strided& t, int64_t off,
+                                          const DeltaProblem& p, const Tile& w) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+        x[c] = w.col0 + c < p.dv ? load(t.data, t.dtype, off + w.col0 + c) : 0.f;
+}
+
+/// Lane c < kCols writes x[c], which every lane holds.
+__device__ __forceinline__ void store_cols(const float (&x)[kCols], const Strided& t, int64_t off,
+                                           const DeltaProblem& p, const Tile& w) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+        if (lane == c && w.col0 + c < p.dv) store(t.data, t.dtype, off + w.col0 + c, x[c]);
+}
+
+/// S ← diag(a) S (the decayed state S̄), then u = β (v − S̄ᵀ k); returns p = S̄ᵀ k in `pk`.
+template <int KPL>
+__device__ __forceinline__ void decay_and_delta(float (&S)[KPL][kCols], const Step<KPL>& st,
+                                                const float (&v)[kCols], float (&pk)[kCols],
+                                                float (&u)[kCols]) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) pk[c] = 0.f;
+#pragma unroll
+    for (int j = 0; j < KPL; ++j)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            S[j][c] *= st.a[j];
+            pk[c] += st.k[j] * S[j][c];
+        }
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+        pk[c] = warp_sum(pk[c]);
+        u[c] = st.beta * (v[c] - pk[c]);
+    }
+}
+
+/// One step of the recurrence without an output: S ← S̄ + k uᵀ.
+template <int KPL>
+__device__ __forceinline__ void advance(float (&S)[KPL][kCols], const DeltaProblem& p,
+                                        const Tile& w, int64_t t) {
+    Step<KPL> st;
+    load_step(p, w, t, st);
+    float v[kCols], pk[kCols], u[kCols];
+    load_cols(v, p.v, at(p.v, w.s, t, w.hv), p, w);
+    decay_and_delta(S, st, v, pk, u);
+#pragma unroll
+    for (int j = 0; j < KPL; ++j)
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) S[j][c] += st.k[j] * u[c];
+}
+
+template <int KPL>
+__global__ void __launch_bounds__(kWarps * 32) recurrent_fwd(DeltaProblem p) {
+    const Tile w = tile_of(p);
+    if (w.col0 >= p.dv) return;
+    float S[KPL][kCols];
+    load_state(S, p.h0, p.state, p, w);
+    for (int64_t t = 0; t < w.s.len; ++t) {
+        Step<KPL> st;
+        load_step(p, w, t, st);
+        float v[kCols], pk[kCols], u[kCols], o[kCols] = {};
+        load_cols(v, p.v, at(p.v, w.s, t, w.hv), p, w);
+        decay_and_delta(S, st, v, pk, u);
+#pragma unroll
+        for (int j = 0; j < KPL; ++j) {
+            // FLA's fused_recurrent scales q before the product
+            const float qs = p.scale * st.q[j];
+#pragma unroll
+            for (int c = 0; c < kCols; ++c) {
+                S[j][c] += st.k[j] * u[c];
+                o[c] += qs * S[j][c];
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) o[c] = warp_sum(o[c]);
+        store_cols(o, p.o, at(p.o, w.s, t, w.hv), p, w);
+    }
+    if (p.ht != nullptr) store_state(S, p.ht, p, w);
+}
+
+// ---- backward ----
+
+/// The backward's fp32 scratch (delta_recurrent_workspace_floats()), as offsets in elements:
+/// the first six are sums over value tiles (and, for dq and dk, over a key head's value heads),
+/// zeroed before the main pass; `states` holds 2·segment [K, V] states per (sequence, value
+/// head): the checkpoints, then the states before each step of the segment being walked.
+struct ScratchLayout {
+    int64_t dq, dk;  // [rows, H, K] w.r.t. the normalised q̂, k̂
+    int64_t dg;      // [rows, HV, width] w.r.t. the log decay as used
+    int64_t dbeta;   // [rows, HV] w.r.t. β as used
+    int64_t dA_log;  // [rows, HV] terms (finishing pass)
+    int64_t ddt;     // [rows, HV, width] terms (finishing pass)
+    int64_t states;  // also the number of elements zeroed
+    int64_t end;
+};
+
+/// The same, as pointers into one workspace.
+struct Scratch {
+    float *dq, *dk, *dg, *dbeta, *dA_log, *ddt, *states;
+};
+
+int64_t rows_of(const Sequences& s) { return s.cu_seqlens != nullptr ? s.t : s.n * s.t; }
+
+/// Gate terms per (row, value head): K per key, else one.
+__host__ __device__ __forceinline__ int gate_width(const DeltaProblem& p) {
+    return p.gate == DeltaGate::per_key ? p.dk : 1;
+}
+
+ScratchLayout layout_of(const DeltaProblem& p) {
+    const int64_t rows = rows_of(p.seqs);
+    const int64_t keys = rows * p.heads * p.dk, steps = rows * p.value_heads;
+    ScratchLayout l;
+    l.dq = 0;
+    l.dk = l.dq + keys;
+    l.dg = l.dk + keys;
+    l.dbeta = l.dg + steps * gate_width(p);
+    l.dA_log = l.dbeta + steps;
+    l.ddt = l.dA_log + steps;
+    l.states = l.ddt + steps * gate_width(p);
+    l.end = l.states + p.seqs.n * p.value_heads * 2 * int64_t(p.segment) * p.dk * p.dv;
+    return l;
+}
+
+Scratch scratch_of(const ScratchLayout& l, float* w) {
+    return {w + l.dq, w + l.dk, w + l.dg, w + l.dbeta, w + l.dA_log, w + l.ddt, w + l.states};
+}
+
+/// The reverse step at t, from S = S_{t-1} (overwritten) and dS = ∂L/∂S_t (left ∂L/∂S_{t-1}),
+/// as the CPU backward: dS_t += scale q doᵀ, du = dS_tᵀ k, r = v − S̄ᵀk, u = β r, dv = β du,
+/// dβ = du·r, dp = −β du, dk = dS_t u + S̄ dp, dS̄ = dS_t + k dpᵀ, dg = rowsum(S̄ ⊙ dS̄),
+/// dS_{t-1} = diag(a) dS̄; and dq = scale S_t do with S_t = S̄ + k uᵀ.
+template <int KPL>
+__device__ __forceinline__ void reverse_step(float (&S)[KPL][kCols], float (&dS)[KPL][kCols],
+                                             const DeltaProblem& p, const DeltaGrads& d,
+                                             const Scratch& x, const Tile& w, int64_t t) {
+    const int lane = threadIdx.x % 32;
+    Step<KPL> st;
+    load_step(p, w, t, st);
+    float v[kCols], d_o[kCols], pk[kCols], u[kCols], du[kCols] = {};
+    load_cols(v, p.v, at(p.v, w.s, t, w.hv), p, w);
+    load_cols(d_o, d.d_o, at(d.d_o, w.s, t, w.hv), p, w);
+    decay_and_delta(S, st, v, pk, u);  // S is S̄ from here
+#pragma unroll
+    for (int j = 0; j < KPL; ++j) {
+        const float sq = p.scale * st.q[j];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            dS[j][c] += sq * d_o[c];
+            du[c] += st.k[j] * dS[j][c];
+        }
+    }
+    float dv[kCols], dp[kCols], dbeta = 0.f;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+        du[c] = warp_sum(du[c]);
+        dv[c] = st.beta * du[c];
+        dbeta += du[c] * (v[c] - pk[c]);
+        dp[c] = -st.beta * du[c];
+    }
+    store_cols(dv, d.dv, at(d.dv, w.s, t, w.hv), p, w);
+    const int64_t r = row(p.seqs, w.s, t);
+    const int64_t key_row = (r * p.heads + w.h) * p.dk;
+    const int64_t gate_row = (r * p.value_heads + w.hv) * gate_width(p);
+    float dg_head = 0.f;
+#pragma unroll
+    for (int j = 0; j < KPL; ++j) {
+        const int key = lane + 32 * j;
+        float dq = 0.f, dk = 0.f, dk_bar = 0.f, dg = 0.f;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            dq += (S[j][c] + st.k[j] * u[c]) * d_o[c];
+            dk += dS[j][c] * u[c];
+            dk_bar += S[j][c] * dp[c];
+            dS[j][c] += st.k[j] * dp[c];
+            dg += S[j][c] * dS[j][c];
+            dS[j][c] *= st.a[j];
+        }
+        if (key >= p.dk) continue;
+        atomicAdd(x.dq + key_row + key, p.scale * dq);
+        atomicAdd(x.dk + key_row + key, dk + dk_bar);
+        if (p.gate == DeltaGate::per_key) atomicAdd(x.dg + gate_row + key, dg);
+        dg_head += dg;
+    }
+    if (p.gate == DeltaGate::per_head) dg_head = warp_sum(dg_head);
+    if (lane == 0) {
+        atomicAdd(x.dbeta + r * p.value_heads + w.hv, dbeta);
+        if (p.gate == DeltaGate::per_head) atomicAdd(x.dg + gate_row, dg_head);
+    }
+}
+
+template <int KPL>
+__global__ void __launch_bounds__(kWarps * 32)
+    recurrent_bwd(DeltaProblem p, DeltaGrads d, Scratch x) {
+    const Tile w = tile_of(p);
+    if (w.col0 >= p.dv) return;
+    const int64_t kv = int64_t(p.dk) * p.dv, len = w.s.len, seg = p.segment;
+    float* checkpoints = x.states + (int64_t(w.n) * p.value_heads + w.hv) * 2 * seg * kv;
+    float* before = checkpoints + seg * kv;  // the states before each step of one segment
+    float S[KPL][kCols];
+    load_state(S, p.h0, p.state, p, w);
+    for (int64_t t = 0; t < len; ++t) {
+        if (t % seg == 0) put(S, checkpoints + (t / seg) * kv, p, w);
+        if (t + 1 < len) advance(S, p, w, t);
+    }
+    float dS[KPL][kCols];
+    load_state(dS, d.dht, p.state, p, w);
+    for (int64_t sg = (len + seg - 1) / seg - 1; sg >= 0; --sg) {
+        const int64_t t0 = sg * seg, t1 = t0 + seg < len ? t0 + seg : len;
+        get(S, checkpoints + sg * kv, p, w);
+        for (int64_t t = t0; t < t1; ++t) {
+            put(S, before + (t - t0) * kv, p, w);
+            if (t + 1 < t1) advance(S, p, w, t);
+        }
+        for (int64_t t = t1 - 1; t >= t0; --t) {
+            get(S, before + (t - t0) * kv, p, w);
+            reverse_step(S, dS, p, d, x, w, t);
+        }
+    }
+    if (d.dh0 != nullptr) store_state(dS, d.dh0, p, w);
+}
+
+/// Step t's batch row and time in a [B, T, ...] tensor, for packed row r.
+__device__ __forceinline__ Span row_span(const Sequences& s, int64_t r) {
+    return {r / s.t, 0, s.t};
+}
+
+/// One warp per (row, key head): dq and dk back through the l2norm,
+/// dx = (dx̂ − (dx̂·x̂) x̂) · rstd with x̂ in fp32, rounded once.
+__global__ void __launch_bounds__(kWarps * 32)
+    finish_keys(DeltaProblem p, DeltaGrads d, Scratch x, int64_t rows) {
+    const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+    if (item >= rows * p.heads) return;
+    const int lane = threadIdx.x % 32;
+    const int64_t r = item / p.heads;
+    const int h = int(item % p.heads);
+    const Span s = row_span(p.seqs, r);
+    const int64_t t = r % p.seqs.t;
+    const auto finish = [&](const Strided& in, const Strided& out, const float* grad) {
+        const int64_t io = at(in, s, t, h), oo = at(out, s, t, h);
+        const float* dy = grad + item * p.dk;
+        if (!p.l2norm) {
+            for (int key = lane; key < p.dk; key += 32)
+                store(out.data, out.dtype, oo + key, dy[key]);
+            return;
+        }
+        float ss = 0.f;
+        for (int key = lane; key < p.dk; key += 32) {
+            const float xk = load(in.data, in.dtype, io + key);
+            ss += xk * xk;
+        }
+        const float rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
+        float dot = 0.f;
+        for (int key = lane; key < p.dk; key += 32)
+            dot += dy[key] * (load(in.data, in.dtype, io + key) * rstd);
+        dot = warp_sum(dot);
+        for (int key = lane; key < p.dk; key += 32) {
+            const float xhat = load(in.data, in.dtype, io + key) * rstd;
+            store(out.data, out.dtype, oo + key, (dy[key] - dot * xhat) * rstd);
+        }
+    };
+    finish(p.q, d.dq, x.dq);
+    finish(p.k, d.dk, x.dk);
+}
+
+/// One warp per (row, value head): dβ back through the sigmoid, dg back through the in-kernel
+/// gate (with its dA_log and ddt_bias terms), rounded once.
+__global__ void __launch_bounds__(kWarps * 32)
+    finish_values(DeltaProblem p, DeltaGrads d, Scratch x, int64_t rows) {
+    const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+    if (item >= rows * p.value_heads) return;
+    const int lane = threadIdx.x % 32;
+    const int64_t r = item / p.value_heads;
+    const int hv = int(item % p.value_heads);
+    const Span s = row_span(p.seqs, r);
+    const int64_t t = r % p.seqs.t;
+    if (lane == 0) {
+        const int64_t bo = at(p.beta, s, t, hv);
+        float db = x.dbeta[item];
+        if (p.beta_sigmoid) {
+            const float sg = sigmoid(load(p.beta.data, p.beta.dtype, bo));
+            db = db * sg * (1.f - sg) * p.beta_scale;
+        }
+        store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, s, t, hv), db);
+    }
+    if (p.gate == DeltaGate::none) return;
+    const int64_t width = gate_width(p);
+    const int64_t go = at(p.g, s, t, hv), dgo = at(d.dg, s, t, hv);
+    const float rate = p.gate_in_kernel ? expf(p.A_log[hv]) : 0.f;
+    float dA = 0.f;
+    for (int key = lane; key < width; key += 32) {
+        const float dg = x.dg[item * width + key];
+        if (!p.gate_in_kernel) {
+            store(d.dg.data, d.dg.dtype, dgo + key, dg);
+            continue;
+        }
+        const float bias = p.dt_bias != nullptr ? p.dt_bias[hv * width + key] : 0.f;
+        const float arg = load(p.g.data, p.g.dtype, go + key) + bias;
+        float d_arg, d_rate;
+        if (p.lower_bound_form) {
+            // g = lb·σ(z), z = e^A·x: dz = dg·lb·σ(1 − σ); dx = dz·e^A, dA = dz·z
+            const float z = rate * arg, sg = sigmoid(z);
+            const float dz = dg * sg * (1.f - sg) * p.lower_bound;
+            d_arg = dz * rate;
+            d_rate = dz * z;
+        } else {
+            // g = −e^A·softplus(x): dx = −dg·e^A·σ(x), dA = dg·g
+            d_arg = -(dg * rate * sigmoid(arg));
+            d_rate = dg * activated_gate(p, rate, arg);
+        }
+        store(d.dg.data, d.dg.dtype, dgo + key, d_arg);
+        x.ddt[item * width + key] = d_arg;
+        dA += d_rate;
+    }
+    if (!p.gate_in_kernel) return;
+    dA = warp_sum(dA);
+    if (lane == 0) x.dA_log[item] = dA;
+}
+
+dim3 grid_of(const DeltaProblem& p) {
+    return dim3(unsigned(p.seqs.n * p.value_heads),
+                unsigned((p.dv + kWarps * kCols - 1) / (kWarps * kCols)));
+}
+
+/// Calls f(std::integral_constant<int, KPL>) for the smallest keys-per-lane that fits dk.
+template <typename F>
+void dispatch_keys(int dk, F&& f) {
+    if (dk <= 32) return f(std::integral_constant<int, 1>{});
+    if (dk <= 64) return f(std::integral_constant<int, 2>{});
+    if (dk <= 128) return f(std::integral_constant<int, 4>{});
+    if (dk <= 256) return f(std::integral_constant<int, 8>{});
+    throw std::invalid_argument("key width " + std::to_string(dk) + " exceeds " +
+                                std::to_string(kMaxDeltaKeys));
+}
+
+unsigned warp_blocks(int64_t items) { return unsigned((items + kWarps - 1) / kWarps); }
+
+}  // namespace
+
+int delta_recurrent_segment(int64_t longest) {
+    int64_t s = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(longest))));
+    while (s * s < longest) ++s;  // the root of a large square may round down
+    return int(s > 1 ? s : 1);
+}
+
+int64_t delta_recurrent_workspace_floats(const DeltaProblem& p) { return layout_of(p).end; }
+
+DeltaGateTerms delta_recurrent_terms(const DeltaProblem& p) {
+    const ScratchLayout l = layout_of(p);
+    DeltaGateTerms t;
+    t.rows = rows_of(p.seqs);
+    t.width = gate_width(p);
+    t.dA_log = l.dA_log;
+    t.ddt_bias = l.ddt;
+    return t;
+}
+
+void delta_recurrent_fwd(const DeltaProblem& p, cudaStream_t stream) {
+    if (p.seqs.n == 0 || p.value_heads == 0 || p.dv == 0) return;
+    dispatch_keys(p.dk, [&](auto kpl) {
+        recurrent_fwd<decltype(kpl)::value><<<grid_of(p), kWarps * 32, 0, stream>>>(p);
+    });
+    LAV_CUDA_CHECK(cudaGetLastError(), "delta_recurrent_fwd");
+}
+
+void delta_recurrent_bwd(const DeltaProblem& p, const DeltaGrads& d, cudaStream_t stream) {
+    if (p.seqs.n == 0 || p.value_heads == 0 || p.dv == 0) return;
+    const ScratchLayout l = layout_of(p);
+    const Scratch x = scratch_of(l, d.workspace);
+    LAV_CUDA_CHECK(cudaMemsetAsync(d.workspace, 0, l.states * sizeof(float), stream),
+                   "delta_recurrent_bwd (workspace)");
+    dispatch_keys(p.dk, [&](auto kpl) {
+        recurrent_bwd<decltype(kpl)::value><<<grid_of(p), kWarps * 32, 0, stream>>>(p, d, x);
+    });
+    const int64_t rows = rows_of(p.seqs);
+    if (rows > 0) {
+        finish_keys<<<warp_blocks(rows * p.heads), kWarps * 32, 0, stream>>>(p, d, x, rows);
+        finish_values<<<warp_blocks(rows * p.value_heads), kWarps * 32, 0, stream>>>(p, d, x, rows);
+    }
+    LAV_CUDA_CHECK(cudaGetLastError(), "delta_recurrent_bwd");
+}
+
+}  // namespace lav::cuda
