@@ -23,6 +23,7 @@ int cmd_show(const std::vector<std::string>& args);
 int cmd_gate(const std::vector<std::string>& args);
 int cmd_diff(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
+int cmd_merge(const std::vector<std::string>& args, const std::string& command_line);
 
 /// Parses `args` against `options` (positional arguments fill `positional`'s names). Prints
 /// `usage` and the options (less the positional ones) and returns false on --help; throws

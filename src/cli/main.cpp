@@ -28,6 +28,7 @@ commands:
   show      print a report: summary, one case, or every finding (as a table, JSON or CSV)
   gate      compare a run with a baseline (the CI numeric gate)
   diff      two reports side by side: environment, then the largest changes
+  merge     join the reports of a run's shards (lav run --shard K/N) into one
   report    a report as one self-contained HTML page with plots
   version   lav's version and what it was built with
 
@@ -35,8 +36,8 @@ commands:
 exit codes: 0 pass (and any report lav show could show), 1 verification failed, 2 bad usage or
 scenario, 3 environment, 4 internal)";
 
-const std::vector<std::string> kCommands = {"run",  "validate", "list",   "show",
-                                            "gate", "diff",     "report", "version"};
+const std::vector<std::string> kCommands = {"run",  "validate", "list",   "show",   "gate",
+                                            "diff", "merge",    "report", "version"};
 
 // Edits (insert, delete, replace, swap two neighbours) that turn a into b.
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -84,6 +85,7 @@ int dispatch(const std::string& command, const std::vector<std::string>& args,
     if (command == "show") return cmd_show(args);
     if (command == "gate") return cmd_gate(args);
     if (command == "diff") return cmd_diff(args);
+    if (command == "merge") return cmd_merge(args, command_line);
     if (command == "report") return cmd_report(args);
     throw unknown_command(command);
 }
