@@ -86,12 +86,29 @@ void start_interpreter() {
     PyConfig_Clear(&config);
     LAV_CHECK_AS(EnvironmentError, !PyStatus_Exception(status), "cannot start Python (", executable,
                  "): ", status.err_msg ? status.err_msg : "unknown error");
-    // lav's own package (lav._provider_call) from the source tree
-    Ref sys_path(PySys_GetObject("path"));  // borrowed: keep it alive while we use it
-    Py_XINCREF(sys_path.get());
-    Ref dir(PyUnicode_FromString(LAV_PYTHON_PACKAGE_DIR));
-    PyList_Insert(sys_path.get(), 0, dir.get());
+    {
+        // lav's own package (lav._provider_call) from the source tree
+        Ref sys_path(PySys_GetObject("path"));  // borrowed: keep it alive while we use it
+        Py_XINCREF(sys_path.get());
+        Ref dir(PyUnicode_FromString(LAV_PYTHON_PACKAGE_DIR));
+        PyList_Insert(sys_path.get(), 0, dir.get());
+    }
+    // calls into Python take the GIL (Gil) and give it back: LibTorch's autograd refuses to run
+    // while this thread holds it, and C++ rows run their backward after Python ran
+    PyEval_SaveThread();
 }
+
+// Holds the GIL for its scope; declared before the Refs it guards, so it outlives them.
+class Gil {
+  public:
+    Gil() : state_(PyGILState_Ensure()) {}
+    ~Gil() { PyGILState_Release(state_); }
+    Gil(const Gil&) = delete;
+    Gil& operator=(const Gil&) = delete;
+
+  private:
+    PyGILState_STATE state_;
+};
 
 // The deleter of a capsule that still owns its tensor (Python never consumed it).
 void release_capsule(PyObject* capsule) {
@@ -153,6 +170,7 @@ Callable python_callable(PyObject* shim, PyObject* fn, const std::string& label)
     // the interpreter lives as long as the process: these references are never dropped
     Callable c;
     c.forward = [shim, fn, label](const Call& call, const TensorMap& inputs) {
+        const Gil gil;
         Ref out = checked(PyObject_CallMethod(shim, "forward", "OOO", fn, tensor_dict(inputs).get(),
                                               settings_dict(call).get()),
                           label);
@@ -164,6 +182,7 @@ Callable python_callable(PyObject* shim, PyObject* fn, const std::string& label)
     c.backward = [shim, fn, label](const Call& call, const TensorMap& inputs,
                                    const std::vector<std::string>& differentiated,
                                    const std::vector<at::Tensor>& cotangents) {
+        const Gil gil;
         Ref seeds = checked(PyList_New(0), "list");
         for (const at::Tensor& t : cotangents) PyList_Append(seeds.get(), to_python(t).get());
         Ref out = checked(PyObject_CallMethod(shim, "backward", "OOOOO", fn,
@@ -190,6 +209,7 @@ std::string python_unavailable() { return ""; }
 
 Loaded load_python_provider(const std::string& module, harness::Registry& registry) {
     start_interpreter();
+    const Gil gil;
     Ref shim(PyImport_ImportModule("lav._provider_call"));
     LAV_CHECK_AS(EnvironmentError, shim, "--provider ", module,
                  ": cannot import lav's Python package from ", LAV_PYTHON_PACKAGE_DIR, ": ",
@@ -307,6 +327,7 @@ harness::TensorMap run_python_prologue(const scenario::Prologue& prologue,
             harness::prologue_diagnostic(prologue, fn.span, message, python_error()));
     };
     start_interpreter();
+    const Gil gil;
     Ref shim(PyImport_ImportModule("lav._prologue_call"));
     LAV_CHECK_AS(EnvironmentError, shim, "cannot import lav's Python package from ",
                  LAV_PYTHON_PACKAGE_DIR, ": ", python_error());

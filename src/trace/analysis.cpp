@@ -142,6 +142,28 @@ Walk walk_back(const Trace& trace, const TensorInfo& start) {
     }
 }
 
+// `info` as the ops that made it, `depth` calls deep: views are seen through, an operand
+// repeated (cat(x, x)) is written once, deeper ones are "…"
+std::string expression(const Trace& trace, const TensorInfo& info, int depth) {
+    const std::string& label = label_for(trace, info);
+    if (!label.empty()) return label;
+    if (info.producer < 0) return "external";
+    const OpRecord& op = trace.ops()[info.producer];
+    const TensorInfo* out = produced(trace, info);
+    if (out != nullptr && out->view_of >= 0)
+        return expression(trace, op.inputs[out->view_of], depth);
+    if (depth == 0) return "…";
+    std::vector<std::string> operands;
+    for (const TensorInfo& in : op.inputs) {
+        std::string text = expression(trace, in, depth - 1);
+        if (std::find(operands.begin(), operands.end(), text) == operands.end())
+            operands.push_back(std::move(text));
+    }
+    std::string text(base_name(op.op));
+    for (size_t i = 0; i < operands.size(); ++i) text += (i ? ", " : "(") + operands[i];
+    return operands.empty() ? text : text + ")";
+}
+
 bool remarkable(const Step& step) {
     return step.in != step.out || !step.operands.empty() || step.op->autocast;
 }
@@ -222,9 +244,10 @@ bool accumulates_into(const OpRecord& op, const std::vector<int>& hits) {
 std::string tensor_name(const Trace& trace, const TensorInfo& info) {
     const std::string& label = label_for(trace, info);
     if (!label.empty()) return label;
-    // an unnamed tensor of the user's Python is named by the op and line that made it
+    // an unnamed tensor of the user's Python is named by the ops that made it, down to named
+    // tensors, and the line that called the last one: "sin(cat(rotary.inv_freq)) at xt.py:31"
     if (info.producer >= 0 && !trace.ops()[info.producer].site.empty())
-        return trace.ops()[info.producer].op + " at " + trace.ops()[info.producer].site;
+        return expression(trace, info, 3) + " at " + trace.ops()[info.producer].site;
     if (info.producer >= 0) return "#" + std::to_string(info.producer);
     return "external";
 }
