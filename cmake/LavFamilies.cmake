@@ -27,4 +27,7 @@ set(LAV_CUDA_ROWS
     simple_gla
     gla
     hgrn
+    delta_rule
+    gated_delta_rule
+    kda
 )
