@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/isolate.h"
+#include "cli/progress.h"
 #include "cli/select.h"
 #include "cli/shard.h"
 #include "cli/stored_scenarios.h"
@@ -123,12 +124,13 @@ std::vector<report::CaseRecord> expected_records(const scenario::Case& c,
 // The options an isolated case's child runs with: this run's, less where its cases come from
 // and where its report goes.
 Isolation isolation_of(const po::variables_map& vm, const std::string& backend,
-                       const std::string& max_memory, int threads, const std::string& fail_on,
+                       const std::string& reference_device, const std::string& max_memory,
+                       int threads, const std::string& fail_on,
                        const std::vector<std::string>& libraries,
                        const std::vector<std::string>& providers, const std::string& dump_dir) {
     Isolation iso;
     std::vector<std::string>& o = iso.options;
-    o = {"--backend", backend};
+    o = {"--backend", backend, "--reference-device", reference_device};
     if (!max_memory.empty()) o.insert(o.end(), {"--max-memory", max_memory});
     if (vm.count("threads")) o.insert(o.end(), {"--threads", std::to_string(threads)});
     if (!fail_on.empty()) o.insert(o.end(), {"--fail-on", fail_on});
@@ -182,6 +184,7 @@ std::string selection_of(const std::vector<Planned>& selected, const report::Run
     parts.push_back("strict-boundary=" + std::to_string(options.strict_boundary));
     parts.push_back("decompose=" + std::to_string(options.decompose));
     parts.push_back("equivalence=" + std::to_string(options.equivalence));
+    parts.push_back("reference-device=" + options.reference_device);
     return selection_digest(records, parts);
 }
 
@@ -204,6 +207,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string rerun_failed;
     std::string from_report;
     std::string shard_text;
+    std::string reference_device;
     std::string color = "auto";
     int threads = 0;
     options.add_options()("paths", po::value(&paths)->value_name("files|dirs"),
@@ -263,6 +267,10 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "error) becomes that case's error records, and the run goes on")(
         "case", po::value(&case_id)->value_name("ID"),
         "run only the case with this exact id, as lav prints it without /variant/backend/pass")(
+        "reference-device",
+        po::value(&reference_device)->default_value("auto")->value_name("auto|cpu|cuda"),
+        "where the fp64 reference runs: auto (default), the case's device (CUDA when one of its "
+        "variants runs there, else the CPU); cpu; or cuda (needs a CUDA build and device)")(
         "shard", po::value(&shard_text)->value_name("K/N"),
         "run shard K of N of the selected cases (1 <= K <= N): each case goes to one shard, the "
         "same for every K, balanced by estimated cost; `lav merge` joins the N reports")(
@@ -309,6 +317,15 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                  usage_line("run", options, positional));
     RecordSelection selection(filter_text, std::move(rerun));
     const Shard shard = shard_text.empty() ? Shard{} : parse_shard(shard_text);
+    LAV_CHECK_AS(
+        UsageError,
+        reference_device == "auto" || reference_device == "cpu" || reference_device == "cuda",
+        "--reference-device takes auto, cpu or cuda, got '", reference_device, "'");
+    LAV_CHECK_AS(EnvironmentError, reference_device != "cuda" || harness::cuda_available(),
+                 "--reference-device cuda needs ",
+                 kCudaBuild ? "a CUDA device (none is visible)"
+                            : "a CUDA build of lav (this build is CPU-only)",
+                 "; use auto or cpu");
     if (vm.count("threads")) {
         LAV_CHECK_AS(UsageError, threads >= 1 && threads <= max_threads(), "--threads takes 1 to ",
                      max_threads(), " (four per hardware thread of this machine), got ", threads);
@@ -384,6 +401,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     run_options.fail_on = parse_fail_on(fail_on);
     run_options.decompose = vm["decompose"].as<bool>();
     run_options.equivalence = vm["equivalence"].as<bool>();
+    run_options.reference_device = reference_device;
     run_options.python_prologue = providers::run_python_prologue;
     report::RunInfo info = run_info(command_line, selected.front().c.seed, provided);
     {
@@ -456,25 +474,31 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         };
     Isolation isolation;
     if (vm["isolate"].as<bool>()) {
-        isolation = isolation_of(vm, backend, max_memory, threads, fail_on, libraries,
-                                 provider_modules, dump_dir);
+        isolation = isolation_of(vm, backend, reference_device, max_memory, threads, fail_on,
+                                 libraries, provider_modules, dump_dir);
         std::filesystem::create_directories(isolation.scratch_dir);
     }
+    // the ETA weighs each case by its estimated size, shared among its reference and records
+    const auto cost_of = [](const Planned& p) {
+        return static_cast<double>(scenario::estimate_case_bytes(p.c)) *
+               static_cast<double>(p.records.size() + 1);
+    };
+    double total_cost = 0;
+    for (const Planned* p : todo) total_cost += cost_of(*p);
+    Progress progress(std::cerr, !quiet, verbose ? 0.0 : kProgressAfterSeconds, runs, total_cost);
+    run_options.on_stage = [&](const std::string& stage) { progress.stage(stage); };
     size_t done = 0;
     bool stopped = false;  // by --fail-fast
     for (const Planned* p : todo) {
         std::string errored;  // a record of the case that ended in an error
         bool failed = false;
+        progress.start_case(p->c.id, cost_of(*p), p->records.size() + 1);
         const auto sink = [&](report::CaseRecord r) {
             if (kept.count(r.id) || !wanted.count(r.id)) return;
             if (r.verdict == "error") errored = r.id;
             failed |= r.verdict == "fail" || r.verdict == "error";
             ++done;
-            const double elapsed =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            if (!quiet && (verbose || elapsed > kProgressAfterSeconds))
-                std::cerr << "[" << done << "/" << runs << "] " << r.id << "  " << r.verdict
-                          << "  (" << static_cast<int>(elapsed) << " s)\n";
+            progress.record(r.id, r.verdict);
             writer->add(std::move(r));
         };
         if (!isolation.scratch_dir.empty()) {
@@ -484,6 +508,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
             case_options.backends = p->backends;
             harness::run_case(registry, p->c, case_options, sink);
         }
+        progress.end_case();
         // a kernel's CUDA error can be sticky: then no later case can run, and the report keeps
         // the finished ones, marked incomplete
         if (!errored.empty() && isolation.scratch_dir.empty() && harness::cuda_available()) {

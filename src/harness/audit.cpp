@@ -46,7 +46,7 @@ std::string shape_string(at::IntArrayRef sizes) {
 }
 
 std::string index_string(const at::Tensor& offsets) {
-    const at::Tensor values = offsets.to(at::kLong).contiguous();
+    const at::Tensor values = offsets.to(at::kLong).cpu().contiguous();
     return shape_string(at::IntArrayRef(values.data_ptr<int64_t>(), values.numel()));
 }
 
@@ -110,7 +110,8 @@ void check_cu_seqlens(const scenario::Case& c, const at::Tensor& declared, const
         mismatch(reaches + " as " + scalar_type_name(t.scalar_type()) +
                  ", the kernel takes int32 or int64 offsets; measured with the case's int64 "
                  "cu_seqlens");
-    if (t.sizes() != declared.sizes() || !at::equal(t.to(at::kDouble), declared.to(at::kDouble)))
+    if (t.sizes() != declared.sizes() ||
+        !at::equal(t.to(at::kDouble).cpu(), declared.to(at::kDouble)))
         mismatch(reaches + " with other offsets than the case declares, " + index_string(declared) +
                  "; measured with the case's");
 }
@@ -119,7 +120,7 @@ void check_cu_seqlens(const scenario::Case& c, const at::Tensor& declared, const
 
 CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<TensorSpec>& specs,
                                  const CaseTensors& generated, Audit& audit,
-                                 const PythonRunner& python) {
+                                 const PythonRunner& python, at::DeviceType device) {
     const scenario::Prologue& prologue = *c.prologue;
     // the prologue works in head_last order, on the values the kernel would have received
     TensorMap env = make_prologue_tensors(prologue, c.seed ^ kPrologueSalt);
@@ -130,8 +131,9 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
         declared_offsets = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);
         env["cu_seqlens"] = declared_offsets;
     }
-    // CUDA autocast needs the tensors where the user's model had them
-    if (prologue.autocast == scenario::AutocastMode::fp16 && at::hasCUDA())
+    // the prologue runs where the case does, as the user's model would; CUDA autocast needs
+    // the tensors on the GPU
+    if (device == at::kCUDA || (prologue.autocast == scenario::AutocastMode::fp16 && at::hasCUDA()))
         for (auto& [name, t] : env) t = t.to(at::kCUDA);
 
     // values are checked too: a prologue is short, and the op that first made a NaN is the

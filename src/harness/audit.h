@@ -34,9 +34,10 @@ struct Audit {
 /// reference). Fills `audit`; when it sets `audit.refusal`, the returned tensors are incomplete.
 /// A prologue that fails throws ScenarioError naming the statement. A Python prologue runs
 /// through `python`, its module's parameters and buffers labelled by qualified name, and each
-/// op with the user's source place; under fp16 (CUDA) autocast its tensors are on the GPU.
+/// op with the user's source place. Its tensors live on `device`, the case's, and on the GPU
+/// under fp16 (CUDA) autocast.
 CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<TensorSpec>& specs,
                                  const CaseTensors& generated, Audit& audit,
-                                 const PythonRunner& python = {});
+                                 const PythonRunner& python = {}, at::DeviceType device = at::kCPU);
 
 }  // namespace lav::harness

@@ -32,7 +32,7 @@ constexpr uint64_t kInputSalt = 0;
 constexpr uint64_t kCotangentSalt = 1;
 
 std::vector<double> values_of(const at::Tensor& t) {
-    const at::Tensor d = t.to(at::kDouble).contiguous();
+    const at::Tensor d = t.to(at::kDouble).cpu().contiguous();
     return {d.data_ptr<double>(), d.data_ptr<double>() + d.numel()};
 }
 
@@ -42,7 +42,8 @@ report::Intermediates chunk_intermediates(const Case& c, const Family& family, c
     kernel.keep_chunk_states = true;
     reference.keep_chunk_states = true;
     const at::Tensor h = row.forward(kernel).at("h");
-    const at::Tensor h_ref = family.reference(reference, false).at("states");
+    // measured on the CPU, wherever the reference ran
+    const at::Tensor h_ref = family.reference(reference, false).at("states").cpu();
     LAV_ASSERT(h_ref.sizes() == h.sizes(), c.family, " reference states ", h_ref.sizes(),
                " beside kernel states ", h.sizes());
     const int64_t steps = family.steps_option.empty() ? 1 : kernel.int_option(family.steps_option);
@@ -116,6 +117,17 @@ CaseRecord blank_record(const Case& c, const std::string& variant, const std::st
     return r;
 }
 
+std::string case_device(const Registry& registry, const Case& c,
+                        const std::vector<std::string>& backends) {
+    const Call base = call_of(registry.get(c.family), c);
+    for (const auto& variant : c.variants)
+        for (const auto& backend : backends) {
+            const Choice choice = choose_row(registry, c.family, variant, base, backend);
+            if (choice.row && choice.row->device == "cuda") return "cuda";
+        }
+    return "cpu";
+}
+
 std::string record_id(const Case& c, const std::string& variant, const std::string& backend,
                       const std::string& pass) {
     return c.id + "/" + variant + "/" + backend + "/" + pass;
@@ -139,6 +151,7 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     const std::vector<TensorSpec> specs = specs_of(family, c, Role::input);
     const Call base = call_of(family, c);
     CaseTensors in = make_tensors(specs, c, kInputSalt);
+    const std::string device = case_device(registry, c, options.backends);
     Audit audit;
     // one record per variant and pass when no kernel can run: the case's result, not a crash
     const auto stop = [&](const std::string& verdict, const std::string& message) {
@@ -156,7 +169,8 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     };
     if (c.prologue) {
         try {
-            in = run_prologue_audited(c, specs, in, audit, options.python_prologue);
+            in = run_prologue_audited(c, specs, in, audit, options.python_prologue,
+                                      device == "cuda" ? at::kCUDA : at::kCPU);
         } catch (const InternalError&) {
             throw;
         } catch (const std::exception& e) {
@@ -173,13 +187,18 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
             throw;  // no Python: no case of the run can have its prologue
         c.backward ? make_tensors(specs_of(family, c, Role::cotangent), c, kCotangentSalt)
                    : CaseTensors{};
-    Call reference = with_tensors(base, in.reference, cot.reference);
+    // the reference's ops are device-generic: its tensors decide where it runs
+    const std::string reference_device =
+        options.reference_device == "auto" ? device : options.reference_device;
+    const TensorMap reference_in = to_device(in.reference, reference_device);
+    Call reference = with_tensors(base, reference_in, to_device(cot.reference, reference_device));
     reference.layout = Layout::head_last;
+    if (options.on_stage) options.on_stage("reference");
     TensorMap gold;
     for (const auto& [name, t] : family.reference(reference, c.backward)) {
         if (!t.defined()) continue;  // an optional result the case does not have
         LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
-        gold[name] = t;
+        gold[name] = t.cpu();  // the measures run on the CPU, wherever the reference ran
     }
     const auto& vs = c.variants;
     const Row* chunk_cpu = registry.rows().find(c.family, "chunk", "cpu");
@@ -188,8 +207,8 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
         std::vector<report::Intermediates> dumps;
         try {
             dumps.push_back(chunk_intermediates(c, family, *chunk_cpu,
-                                                with_tensors(base, in.kernel, {}),
-                                                with_tensors(reference, in.reference, {})));
+                                                with_tensors(base, to_device(in.kernel, "cpu"), {}),
+                                                with_tensors(reference, reference_in, {})));
         } catch (const InternalError&) {
             throw;
         } catch (const Error&) {
@@ -209,6 +228,7 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 CaseRecord r = blank_record(c, variant, choice.backend, pass);
                 r.findings = audit.findings;
                 r.trace = audit.trace;
+                if (options.on_stage) options.on_stage(r.id);
                 const bool backward = pass == "bwd";
                 const auto start = std::chrono::steady_clock::now();
                 try {

@@ -39,6 +39,12 @@ struct RunOptions {
     /// calls the functions of Python prologues (providers::run_python_prologue); unset, a case
     /// with one stops the run with EnvironmentError
     PythonRunner python_prologue;
+    /// where the fp64 reference runs (lav run --reference-device): "auto", the case's device
+    /// (CUDA when one of its variants runs there, else the CPU), "cpu" or "cuda"
+    std::string reference_device = "auto";
+    /// when set, told what the case does next: "reference", then each record's id before its
+    /// kernel runs (lav run's progress within a long case)
+    std::function<void(const std::string&)> on_stage;
 };
 
 /// Runs `c` on the backends `options` names: one record per (variant, backend, pass), handed to
@@ -48,6 +54,11 @@ struct RunOptions {
 /// prologue's findings. Throws only for lav's own bugs (InternalError).
 void run_case(const Registry& registry, const scenario::Case& c, const RunOptions& options,
               const std::function<void(report::CaseRecord)>& sink);
+
+/// The device `c` runs on under `backends`: "cuda" when one of its variants' rows runs there,
+/// "cpu" otherwise. Its prologue's tensors live there, and by default its reference runs there.
+std::string case_device(const Registry& registry, const scenario::Case& c,
+                        const std::vector<std::string>& backends);
 
 /// The id of one record of `c`: "<scenario>[<matrix>]/<variant>/<backend>/<pass>".
 std::string record_id(const scenario::Case& c, const std::string& variant,
