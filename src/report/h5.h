@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -187,7 +188,7 @@ bool has_column(const Group& parent, const std::string& name, const std::string&
 
 /// The values of column `name` of `table`; throws InternalError when it has none of type T.
 template <typename T>
-const std::vector<T>& column(const Table& table, const std::string& name) {
+const std::vector<T>& column(const Table& table, std::string_view name) {
     for (const auto& c : table)
         if (c.name == name && std::holds_alternative<std::vector<T>>(c.values))
             return std::get<std::vector<T>>(c.values);
