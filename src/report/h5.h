@@ -187,6 +187,8 @@ Table read_table(const Group& parent, const std::string& name, const Table& like
 bool has_column(const Group& parent, const std::string& name, const std::string& column);
 
 /// The values of column `name` of `table`; throws InternalError when it has none of type T.
+/// (`name` is a view: a std::string made from a literal would be a temporary, and a reference
+/// bound to the result would look dangling to gcc 13.)
 template <typename T>
 const std::vector<T>& column(const Table& table, std::string_view name) {
     for (const auto& c : table)
