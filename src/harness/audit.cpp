@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/layout.h"
 #include "harness/prologue.h"
+#include "scenario/capture.h"
 #include "trace/analysis.h"
 #include "trace/tracer.h"
 
@@ -116,7 +117,50 @@ void check_cu_seqlens(const scenario::Case& c, const at::Tensor& declared, const
                  "; measured with the case's");
 }
 
+// The capture's tensor for `spec`, in head_last order, as captured (dtype and values).
+at::Tensor captured(const scenario::Case& c, const TensorSpec& spec) {
+    const auto& tensors = c.capture->tensors;
+    const auto found = tensors.find(spec.name);
+    if (found == tensors.end()) {
+        std::vector<std::string> held;
+        for (const auto& [name, t] : tensors) held.push_back(name);
+        throw ShapeError(c.capture->path + " holds no " + spec.name + ", which this " + c.family +
+                         " case needs; it holds: " + scenario::join(held));
+    }
+    return spec.time_major ? to_head_last(found->second, c.layout) : found->second;
+}
+
 }  // namespace
+
+CaseTensors captured_inputs(const scenario::Case& c, const std::vector<TensorSpec>& specs,
+                            Audit& audit) {
+    // a trace of no ops: each tensor's history is its name and captured dtype
+    trace::TraceScope scope;
+    TensorMap given;
+    for (const auto& spec : specs) {
+        given[spec.name] = captured(c, spec);
+        scope.trace().label(given[spec.name], spec.name, trace::Role::input);
+    }
+    const trace::Trace trace = scope.stop();
+    CaseTensors out;
+    for (const auto& spec : specs) {
+        const at::Tensor t = check_input(c, spec, given.at(spec.name), trace, audit);
+        if (!t.defined()) continue;
+        out.reference[spec.name] = t.to(at::kDouble);
+        out.kernel[spec.name] = spec.time_major ? from_head_last(t, c.layout).contiguous() : t;
+    }
+    return out;
+}
+
+void take_captured(const scenario::Case& c, const std::vector<TensorSpec>& specs,
+                   CaseTensors& tensors) {
+    for (const auto& spec : specs) {
+        if (!c.capture->tensors.count(spec.name)) continue;
+        const at::Tensor t = captured(c, spec).to(to_scalar_type(spec.dtype));
+        tensors.reference[spec.name] = t.to(at::kDouble);
+        tensors.kernel[spec.name] = spec.time_major ? from_head_last(t, c.layout).contiguous() : t;
+    }
+}
 
 CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<TensorSpec>& specs,
                                  const CaseTensors& generated, Audit& audit,
@@ -125,7 +169,9 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
     // the prologue works in head_last order, on the values the kernel would have received
     TensorMap env = make_prologue_tensors(prologue, c.seed ^ kPrologueSalt);
     for (const auto& spec : specs)
-        env[spec.name] = generated.reference.at(spec.name).to(to_scalar_type(spec.dtype));
+        env[spec.name] = c.capture
+                             ? captured(c, spec)
+                             : generated.reference.at(spec.name).to(to_scalar_type(spec.dtype));
     at::Tensor declared_offsets;
     if (!c.cu_seqlens.empty()) {
         declared_offsets = at::tensor(at::ArrayRef<int64_t>(c.cu_seqlens), at::kLong);

@@ -40,4 +40,14 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
                                  const CaseTensors& generated, Audit& audit,
                                  const PythonRunner& python = {}, at::DeviceType device = at::kCPU);
 
+/// The inputs of a case that replays a capture (`[inputs] from`), values bit for bit, each
+/// through the boundary check (a captured k in fp32 where the case's inputs are bf16 is a
+/// BOUNDARY_MISMATCH, measured cast). Throws ShapeError naming a tensor the capture lacks.
+CaseTensors captured_inputs(const scenario::Case& c, const std::vector<TensorSpec>& specs,
+                            Audit& audit);
+
+/// `tensors` with each one the capture holds under the same name replaced by it (cotangents).
+void take_captured(const scenario::Case& c, const std::vector<TensorSpec>& specs,
+                   CaseTensors& tensors);
+
 }  // namespace lav::harness

@@ -150,7 +150,8 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     const Family& family = registry.get(c.family);
     const std::vector<TensorSpec> specs = specs_of(family, c, Role::input);
     const Call base = call_of(family, c);
-    CaseTensors in = make_tensors(specs, c, kInputSalt);
+    // a capture's tensors replace the drawn ones (audit.h)
+    CaseTensors in = c.capture ? CaseTensors{} : make_tensors(specs, c, kInputSalt);
     const std::string device = case_device(registry, c, options.backends);
     Audit audit;
     // one record per variant and pass when no kernel can run: the case's result, not a crash
@@ -173,6 +174,8 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                                       device == "cuda" ? at::kCUDA : at::kCPU);
         } catch (const InternalError&) {
             throw;
+        } catch (const EnvironmentError&) {
+            throw;  // no Python: no case of the run can have its prologue
         } catch (const std::exception& e) {
             stop("error", e.what());
             return;
@@ -182,11 +185,22 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
             return;
         }
     }
-    const CaseTensors cot =
-        } catch (const EnvironmentError&) {
-            throw;  // no Python: no case of the run can have its prologue
-        c.backward ? make_tensors(specs_of(family, c, Role::cotangent), c, kCotangentSalt)
-                   : CaseTensors{};
+    if (c.capture && !c.prologue) {
+        try {
+            in = captured_inputs(c, specs, audit);
+        } catch (const ShapeError& e) {
+            stop("error", e.what());
+            return;
+        }
+        if (!audit.refusal.empty()) {
+            stop("fail", audit.refusal);
+            return;
+        }
+    }
+    CaseTensors cot = c.backward
+                          ? make_tensors(specs_of(family, c, Role::cotangent), c, kCotangentSalt)
+                          : CaseTensors{};
+    if (c.capture && c.backward) take_captured(c, specs_of(family, c, Role::cotangent), cot);
     // the reference's ops are device-generic: its tensors decide where it runs
     const std::string reference_device =
         options.reference_device == "auto" ? device : options.reference_device;

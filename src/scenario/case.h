@@ -63,6 +63,8 @@ struct Case {
     std::map<std::string, double> tolerances;     ///< rel_rmse bound by tensor; missing: default table
     bool long_case = false;                       ///< skipped unless --long
     std::optional<Prologue> prologue;  ///< the ops that make the kernel inputs; nullopt: none
+    /// `[inputs] from`: the kernel call's arguments to replay instead of drawn inputs; null: none
+    std::shared_ptr<const struct Capture> capture;
 
     SourceLocation location;  ///< the file itself (line 1), for errors found while running
 };

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 
 #include "core/build_info.h"
+#include "scenario/capture.h"
 #include "scenario/document.h"
 #include "scenario/expr.h"
 #include "scenario/scenario.h"
@@ -112,10 +114,11 @@ class CaseBuilder {
         c.location = {document_.path, 1, 1};
         read_identity(c);
         read_what_runs(c);
-        const bool sized = read_shape(c);
+        bool sized = read_shape(c);
         read_varlen(c);
         read_settings(c);
         read_dtypes(c);
+        sized = read_capture(c, sized);
         read_generators(c);
         read_tolerances(c);
         read_prologue(c, sized);
@@ -488,6 +491,91 @@ class CaseBuilder {
         return generator;
     }
 
+    /// `[inputs] from = "capture.pt"` (relative to the file): the capture's q and v give the
+    /// sizes, its head_first argument the layout, q's and g's dtypes the inputs' and gates',
+    /// its cu_seqlens the offsets, the absence of h0 initial_state = false, wherever the file
+    /// leaves them out; sizes, layout and offsets
+    /// the file states must agree. Returns whether the case is sized.
+    bool read_capture(Case& c, bool sized) {
+        const Node* from = root_.find_path("inputs.from");
+        if (!from) return sized;
+        if (from->kind != NodeKind::string) {
+            error(*from, type_message("inputs.from", "a string", *from));
+            return sized;
+        }
+        const std::filesystem::path given = from->string_value;
+        const std::string path =
+            (given.is_absolute() ? given
+                                 : std::filesystem::path(document_.path).parent_path() / given)
+                .lexically_normal()
+                .string();
+        try {
+            c.capture = scenario::read_capture(path);
+        } catch (const CaptureError& e) {
+            error(*from, e.what(), "make one with python/lav/capture.py (README.md)");
+            return sized;
+        }
+        const auto& tensors = c.capture->tensors;
+        const auto q = tensors.find("q");
+        const auto v = tensors.find("v");
+        if (q == tensors.end() || v == tensors.end() || q->second.dim() != 4 ||
+            v->second.dim() != 4) {
+            error(*from, path + " holds no q and v of 4 dims, which give the case's sizes",
+                  "capture a call of a kernel that takes q and v as [B, T, H, D]");
+            return sized;
+        }
+        if (c.capture->head_first) {
+            const Layout captured = *c.capture->head_first ? Layout::head_first : Layout::head_last;
+            if (const Node* stated = string_setting("layout"); stated && captured != c.layout)
+                error(*stated, "layout " + in_quotes(stated->string_value) + ", but " + path +
+                                   " was captured " + std::string(layout_name(captured)),
+                      "leave layout out to take the capture's");
+            else
+                c.layout = captured;
+        }
+        const bool first = c.layout == Layout::head_first;
+        const at::Tensor& qt = q->second;
+        const at::Tensor& vt = v->second;
+        const std::pair<const char*, int64_t> sizes[] = {
+            {"B", qt.size(0)},          {"T", qt.size(first ? 2 : 1)}, {"H", qt.size(first ? 1 : 2)},
+            {"K", qt.size(3)},          {"V", vt.size(3)},             {"HV", vt.size(first ? 1 : 2)}};
+        for (const auto& [letter, size] : sizes) {
+            const std::string key = std::string("shape.") + letter;
+            const Node* stated = integer_setting(key);
+            if (stated && stated->integer_value != size)
+                error(*stated,
+                      key + " = " + std::to_string(stated->integer_value) + ", but the capture's " +
+                          (letter[0] == 'V' || letter[1] == 'V' ? "v" : "q") + " has " + letter +
+                          " = " + std::to_string(size),
+                      "leave it out to take the capture's size");
+        }
+        c.B = sizes[0].second, c.T = sizes[1].second, c.H = sizes[2].second;
+        c.K = sizes[3].second, c.V = sizes[4].second, c.HV = sizes[5].second;
+        // a dtype the file states is the kernel's contract: a captured tensor of another dtype
+        // is what the user's code handed over, a BOUNDARY_MISMATCH when the case runs
+        for (const auto& [name, role] : {std::pair{"q", "inputs"}, std::pair{"g", "gates"}}) {
+            const auto t = tensors.find(name);
+            const auto dtype =
+                t == tensors.end() ? std::nullopt : from_scalar_type(t->second.scalar_type());
+            if (!dtype || string_setting(std::string("dtypes.") + role)) continue;
+            (std::string(role) == "inputs" ? c.input_dtype : c.gate_dtype) = *dtype;
+        }
+        // a call without an initial state replays without one
+        if (!tensors.count("h0") && !root_.find("initial_state")) c.initial_state = false;
+        if (const auto offsets = tensors.find("cu_seqlens"); offsets != tensors.end()) {
+            const at::Tensor values = offsets->second.to(at::kLong).contiguous();
+            const std::vector<int64_t> captured(values.data_ptr<int64_t>(),
+                                                values.data_ptr<int64_t>() + values.numel());
+            const Node* stated = root_.find("cu_seqlens");
+            if (stated && !c.cu_seqlens.empty() && c.cu_seqlens != captured)
+                error(*stated, "cu_seqlens differ from the capture's",
+                      "leave cu_seqlens out to take the capture's");
+            else
+                c.cu_seqlens = captured;
+        }
+        return true;
+    }
+
     void read_generators(Case& c) {
         const Node* inputs = root_.find("inputs");
         if (!family_ || !inputs || inputs->kind != NodeKind::table) return;
@@ -550,6 +638,11 @@ class CaseBuilder {
                 if (auto dtype = prologue_dtype(*value)) tensor.dtype = *dtype;
             }
             if (sized) tensor.shape = resolve_shape(c, tensor);
+        }
+        if (prologue.python) {
+            prologue.python->sizes = {{"B", c.B}, {"T", c.T}, {"H", c.H},
+                                      {"K", c.K}, {"V", c.V}, {"HV", c.HV}};
+            prologue.python->seed = c.seed;
         }
         c.prologue = std::move(prologue);
     }
@@ -624,11 +717,6 @@ class CaseBuilder {
     }
 
     void check_family_rules(const Case& c) {
-        if (prologue.python) {
-            prologue.python->sizes = {{"B", c.B}, {"T", c.T}, {"H", c.H},
-                                      {"K", c.K}, {"V", c.V}, {"HV", c.HV}};
-            prologue.python->seed = c.seed;
-        }
         if (!family_ || !family_->check) return;
         for (const FamilyIssue& issue : family_->check(c))
             error(setting_span(issue.path), issue.message, issue.note);

@@ -452,6 +452,7 @@ class Checker {
         }
         if (const Node* inputs = table("inputs")) {
             for (const Node& entry : inputs->items) {
+                if (entry.key == "from") continue;  // a capture to replay, read per case
                 if (!contains(family->inputs, entry.key)) {
                     diags_.error(entry.key_span,
                                  "unknown input tensor " + in_quotes(entry.key) + of_family,
@@ -798,6 +799,7 @@ class Checker {
     void check_shape_present() {
         const Node* shape = root_.find("shape");
         if (shape && shape->kind != NodeKind::table) return;
+        if (root_.find_path("inputs.from")) return;  // a capture's tensors give the sizes
         const bool any_in_matrix =
             std::any_of(kRequiredShapeKeys.begin(), kRequiredShapeKeys.end(),
                         [&](const auto& k) { return in_matrix("shape." + k); });
