@@ -23,6 +23,7 @@
 
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
+#include "common/cuda/delta_activations.cuh"
 #include "common/cuda/delta_recurrent_cuda.h"
 
 namespace lav::cuda {
@@ -30,20 +31,6 @@ namespace {
 
 constexpr int kWarps = 4;  // warps per block
 constexpr int kCols = 4;   // value columns per warp
-// FLA's l2norm puts its eps inside the root; its softplus returns x itself above the cut
-constexpr float kL2NormEps = 1e-6f;
-constexpr float kSoftplusCut = 20.f;
-
-__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
-
-__device__ __forceinline__ float softplus(float x) {
-    return x > kSoftplusCut ? x : log1pf(expf(x));
-}
-
-/// The log decay of the in-kernel gate from its argument x = g + dt_bias and rate exp(A_log).
-__device__ __forceinline__ float activated_gate(const DeltaProblem& p, float rate, float x) {
-    return p.lower_bound_form ? sigmoid(rate * x) * p.lower_bound : -(softplus(x) * rate);
-}
 
 /// The tile a warp owns: sequence n, value head hv (key head h), columns [col0, col0 + kCols).
 struct Tile {
@@ -114,8 +101,7 @@ __device__ __forceinline__ void load_step(const DeltaProblem& p, const Tile& w, 
         const int key = lane + 32 * j;
         st.a[j] = p.gate == DeltaGate::per_key && key < p.dk ? expf(log_decay(p, w, t, key)) : head;
     }
-    const float b = load(p.beta.data, p.beta.dtype, at(p.beta, w.s, t, w.hv));
-    st.beta = p.beta_sigmoid ? sigmoid(b) * p.beta_scale : b;
+    st.beta = activated_beta(p, load(p.beta.data, p.beta.dtype, at(p.beta, w.s, t, w.hv)));
 }
 
 template <int KPL>

@@ -1,6 +1,6 @@
-// kernels/common/glue/delta_recurrent_op.cpp — torch glue of the recurrent delta rule CUDA
-// kernels: checks the arguments as the CPU backends do, allocates the results and sums the
-// in-kernel gate's per-step gradient terms.
+// kernels/common/glue/delta_recurrent_op.cpp — torch glue of the delta rule CUDA kernels: checks
+// the arguments as the CPU backends do, allocates the results, sums the in-kernel gate's
+// per-step gradient terms and numbers the chunk forward's kept states.
 #include "common/glue/delta_recurrent_op.h"
 
 #include <ATen/ATen.h>
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/cuda/delta_chunk_cuda.h"
 #include "common/glue/cuda_glue.h"
 #include "core/error.h"
 
@@ -24,21 +25,21 @@ std::vector<int64_t> in_layout(Layout layout, int64_t B, int64_t T, int64_t head
     return s;
 }
 
-/// The longest sequence: T for a dense batch, else the widest step of cu_seqlens, which is
+/// The sequences' lengths: B of T for a dense batch, else the steps of cu_seqlens, which is
 /// checked to run from 0 to T without decreasing (as core/varlen.cpp checks it).
-int64_t longest_sequence(const DeltaTensors& t, int64_t T) {
-    if (!t.cu_seqlens.defined()) return T;
+std::vector<int64_t> lengths(const DeltaTensors& t, int64_t B, int64_t T) {
+    if (!t.cu_seqlens.defined()) return std::vector<int64_t>(B, T);
     const at::Tensor cu = t.cu_seqlens.to(at::kCPU, at::kLong).contiguous();
     const int64_t n = cu.numel();
     const int64_t* c = cu.data_ptr<int64_t>();
     LAV_CHECK(n >= 2 && c[0] == 0 && c[n - 1] == T, t.family,
               " cuda: cu_seqlens must run from 0 to T = ", T);
-    int64_t longest = 0;
+    std::vector<int64_t> out;
     for (int64_t i = 0; i + 1 < n; ++i) {
         LAV_CHECK(c[i + 1] >= c[i], t.family, " cuda: cu_seqlens must not decrease");
-        longest = std::max(longest, c[i + 1] - c[i]);
+        out.push_back(c[i + 1] - c[i]);
     }
-    return longest;
+    return out;
 }
 
 /// A per-head parameter as a contiguous fp32 copy of `numel` elements, kept alive in `keep`.
@@ -112,7 +113,9 @@ cuda::DeltaProblem problem(const DeltaTensors& t, at::Tensor& holder,
     p.beta_scale = t.allow_neg_eigval ? 2.f : 1.f;
     p.l2norm = t.l2norm;
     p.seqs = sequences(t.q, t.layout, t.cu_seqlens, holder);
-    p.segment = cuda::delta_recurrent_segment(longest_sequence(t, T));
+    const std::vector<int64_t> steps = lengths(t, B, T);
+    p.segment = cuda::delta_recurrent_segment(
+        steps.empty() ? 0 : *std::max_element(steps.begin(), steps.end()));
     p.heads = int(H);
     p.value_heads = int(HV);
     p.dk = int(K);
@@ -131,13 +134,8 @@ cuda::DeltaProblem problem(const DeltaTensors& t, at::Tensor& holder,
     return p;
 }
 
-}  // namespace
-
-DeltaOut delta_recurrent_fwd_cuda(const DeltaTensors& t) {
-    const c10::cuda::CUDAGuard guard(t.q.device());
-    at::Tensor holder;
-    std::vector<at::Tensor> keep;
-    cuda::DeltaProblem p = problem(t, holder, keep);
+/// Allocates o and ht in p.
+DeltaOut forward_outputs(const DeltaTensors& t, cuda::DeltaProblem& p) {
     const auto out_dtype =
         t.output_dtype == c10::ScalarType::Undefined ? t.q.scalar_type() : t.output_dtype;
     DeltaOut out;
@@ -145,7 +143,50 @@ DeltaOut delta_recurrent_fwd_cuda(const DeltaTensors& t) {
     out.ht = output({p.seqs.n, p.value_heads, p.dk, p.dv}, t.q.options().dtype(t.state_dtype));
     p.o = strided(out.o, t.layout);
     p.ht = out.ht.data_ptr();
+    return out;
+}
+
+}  // namespace
+
+DeltaOut delta_recurrent_fwd_cuda(const DeltaTensors& t) {
+    const c10::cuda::CUDAGuard guard(t.q.device());
+    at::Tensor holder;
+    std::vector<at::Tensor> keep;
+    cuda::DeltaProblem p = problem(t, holder, keep);
+    const DeltaOut out = forward_outputs(t, p);
     cuda::delta_recurrent_fwd(p, current_stream());
+    return out;
+}
+
+DeltaOut delta_chunk_fwd_cuda(const DeltaTensors& t) {
+    const c10::cuda::CUDAGuard guard(t.q.device());
+    at::Tensor holder;
+    std::vector<at::Tensor> keep;
+    cuda::DeltaChunkProblem p;
+    static_cast<cuda::DeltaProblem&>(p) = problem(t, holder, keep);
+    p.chunk = chunk_size_of(t.chunk_size);
+    LAV_CHECK(p.gate != cuda::DeltaGate::per_key, t.family,
+              " cuda: the chunk forward takes no per-key gate");
+    LAV_CHECK(p.dk <= cuda::kMaxDeltaChunkKeys, t.family,
+              " cuda: the chunk forward takes keys up to ", cuda::kMaxDeltaChunkKeys, ", got ",
+              p.dk);
+    DeltaOut out = forward_outputs(t, p);
+    at::Tensor first;
+    if (t.keep_chunk_states) {
+        // chunks numbered sequence after sequence, as core/varlen.h's chunk_index() numbers them
+        const std::vector<int64_t> steps = lengths(t, t.q.size(0), p.seqs.t);
+        std::vector<int64_t> starts;
+        int64_t total = 0;
+        for (const int64_t len : steps) {
+            starts.push_back(total);
+            total += (len + p.chunk - 1) / p.chunk;
+        }
+        first = at::tensor(starts, at::kLong).to(t.q.device());
+        out.h = output({total, p.value_heads, p.dk, p.dv}, t.q.options().dtype(t.state_dtype));
+        p.h = out.h.data_ptr();
+        p.first_chunk = first.data_ptr<int64_t>();
+    }
+    cuda::delta_chunk_fwd(p, current_stream());
     return out;
 }
 

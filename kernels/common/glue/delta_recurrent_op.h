@@ -1,5 +1,6 @@
-// kernels/common/glue/delta_recurrent_op.h — torch glue of the recurrent delta rule CUDA kernels,
-// shared by delta_rule, gated_delta_rule and kda (they differ only in the gate's shape).
+// kernels/common/glue/delta_recurrent_op.h — torch glue of the delta rule CUDA kernels, shared by
+// delta_rule, gated_delta_rule and kda (they differ only in the gate's shape): the recurrent
+// forward and backward, and the chunk forward (delta_rule and gated_delta_rule).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -32,10 +33,13 @@ struct DeltaTensors {
     bool allow_neg_eigval = false;
     c10::ScalarType state_dtype = c10::ScalarType::Float;
     c10::ScalarType output_dtype = c10::ScalarType::Undefined;  // Undefined: q's dtype
+    int64_t chunk_size = 64;                                    // chunk forward only
+    bool keep_chunk_states = false;                             // chunk forward: also h
 };
 
 struct DeltaOut {
     at::Tensor o, ht;
+    at::Tensor h;  // chunk forward with keep_chunk_states: [NT, HV, K, V] in the state dtype
 };
 
 /// Gradients w.r.t. the tensors as passed; each undefined where its input is.
@@ -47,5 +51,7 @@ DeltaOut delta_recurrent_fwd_cuda(const DeltaTensors& t);
 /// d_o like o, dht like ht (undefined: zeros).
 DeltaGradsOut delta_recurrent_bwd_cuda(const DeltaTensors& t, const at::Tensor& d_o,
                                        const at::Tensor& dht);
+/// The chunk (WY) forward; no per-key gate, keys up to cuda::kMaxDeltaChunkKeys.
+DeltaOut delta_chunk_fwd_cuda(const DeltaTensors& t);
 
 }  // namespace lav::kernels
