@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class ReportError(Exception):
@@ -27,7 +27,8 @@ _COLUMNS = {
     "trace": ["seq", "op", "depth", "autocast", "inputs", "outputs", "source", "kernel"],
     "drift": ["tensor", "block", "position", "rel_rmse"],
 }
-_TABLES = ("metrics", "contract", "findings", "trace")  # a compound dataset each
+# /cases columns that say which case's rows of /trace and /contract a case shares
+_SHARED = {"trace": "trace_case", "contract": "contract_case"}
 _CHUNK_COLUMNS = ["variant", "state_dtype", "chunk_size", "chunk", "sequence", "position",
                   "rel_rmse"]
 
@@ -75,22 +76,26 @@ def _attributes(obj) -> dict:
             for name, value in obj.attrs.items()}
 
 
-def _keyed(frames: list[pd.DataFrame], name: str) -> pd.DataFrame:
-    frames = [f for f in frames if len(f)]
-    if not frames:
+def _keyed(frame: pd.DataFrame, name: str, ids: np.ndarray, cases: pd.DataFrame) -> pd.DataFrame:
+    """A run-wide table with its `case` index replaced by the case id; the rows of /trace and
+    /contract a case shares with an earlier one repeated under its own id, in case order."""
+    if name in _SHARED:
+        owners = cases[_SHARED[name]].to_numpy()
+        # each case takes the rows of the case its column names
+        by_owner = {owner: rows for owner, rows in frame.groupby("case", sort=False).groups.items()}
+        order = [(index, by_owner[owner]) for index, owner in enumerate(owners)
+                 if owner in by_owner]
+        if order:
+            frame = frame.loc[np.concatenate([rows for _, rows in order])].reset_index(drop=True)
+            frame["case"] = np.repeat([index for index, _ in order],
+                                      [len(rows) for _, rows in order])
+        else:
+            frame = frame.iloc[0:0]
+    if not len(frame):
         return _empty(_COLUMNS[name])
-    return pd.concat(frames, ignore_index=True)
-
-
-def _drift(case_id: str, group: h5py.Group) -> pd.DataFrame:
-    frames = []
-    for tensor, curve in group.items():
-        values = curve[()]
-        block = int(curve.attrs["block"])
-        frames.append(pd.DataFrame({"case": case_id, "tensor": tensor, "block": block,
-                                    "position": np.arange(len(values)) * block,
-                                    "rel_rmse": values}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    frame = frame.copy()
+    frame["case"] = ids[frame["case"].to_numpy()]
+    return frame.reset_index(drop=True)
 
 
 def read_report(path: str | os.PathLike, intermediates: str | os.PathLike | None = None) -> Report:
@@ -102,21 +107,13 @@ def read_report(path: str | os.PathLike, intermediates: str | os.PathLike | None
             raise ReportError(f"{path}: schema version {attrs.get('schema_version')}, "
                              f"this reader reads {SCHEMA_VERSION}")
         summary = table(file["summary"])
-        cases, tables = [], {name: [] for name in _COLUMNS}
-        # groups are named by index, so the summary's order is the groups' order
-        for index in range(len(summary)):
-            group = file["cases"][f"{index:04d}"]
-            case = _attributes(group)
-            cases.append(case)
-            for name in _TABLES:
-                frame = table(group[name])
-                frame.insert(0, "case", case["id"])
-                tables[name].append(frame)
-            tables["drift"].append(_drift(case["id"], group["drift"]))
-    columns = ["id", *sorted(set(cases[0]) - {"id"})] if cases else ["id"]
-    report = Report(path=path, attrs=attrs, summary=summary,
-                    cases=pd.DataFrame(cases, columns=columns),
-                    **{name: _keyed(frames, name) for name, frames in tables.items()})
+        cases = table(file["cases"])
+        tables = {name: table(file[name]) for name in _COLUMNS}
+    ids = cases["id"].to_numpy(dtype=object)
+    frames = {name: _keyed(frame, name, ids, cases) for name, frame in tables.items()}
+    shown = cases.drop(columns=list(_SHARED.values()))
+    columns = ["id", *sorted(set(shown.columns) - {"id"})]
+    report = Report(path=path, attrs=attrs, summary=summary, cases=shown[columns], **frames)
     if intermediates is not None:
         report.chunks = read_intermediates(intermediates, report.cases)
     return report

@@ -86,8 +86,8 @@ void read_number(const Object& object, const std::string& name, hid_t memory_typ
 
 // ---- compound tables ----
 
-/// Index of each ColumnValues alternative: string, double, int64, uint8.
-enum Kind : size_t { kString = 0, kFloat64 = 1, kInt64 = 2, kUInt8 = 3 };
+/// Index of each ColumnValues alternative: string, double, int64, uint8, uint64.
+enum Kind : size_t { kString = 0, kFloat64 = 1, kInt64 = 2, kUInt8 = 3, kUInt64 = 4 };
 
 const char* kind_name(size_t kind) {
     switch (kind) {
@@ -119,6 +119,8 @@ size_t memory_size(size_t kind) {
             return sizeof(double);
         case kInt64:
             return sizeof(int64_t);
+        case kUInt64:
+            return sizeof(uint64_t);
         default:
             return sizeof(uint8_t);
     }
@@ -153,10 +155,12 @@ Compound make_compound(const Object& where, const std::string& object, const Tab
         memory_members.push_back(kind == kString    ? string_type.get()
                                  : kind == kFloat64 ? H5T_NATIVE_DOUBLE
                                  : kind == kInt64   ? H5T_NATIVE_INT64
+                                 : kind == kUInt64  ? H5T_NATIVE_UINT64
                                                     : H5T_NATIVE_UINT8);
         file_members.push_back(kind == kString    ? string_type.get()
                                : kind == kFloat64 ? H5T_IEEE_F64LE
                                : kind == kInt64   ? H5T_STD_I64LE
+                               : kind == kUInt64  ? H5T_STD_U64LE
                                                   : H5T_STD_U8LE);
         file_size += H5Tget_size(file_members.back());
         // member sizes are powers of two, so aligning each to its size is natural alignment

@@ -156,8 +156,9 @@ Dataset write_array(const Group& parent, const std::string& name, const std::vec
 std::vector<double> read_array(const Dataset& dataset);
 
 /// The values of one column of a compound table.
-using ColumnValues = std::variant<std::vector<std::string>, std::vector<double>,
-                                  std::vector<int64_t>, std::vector<uint8_t>>;
+using ColumnValues =
+    std::variant<std::vector<std::string>, std::vector<double>, std::vector<int64_t>,
+                 std::vector<uint8_t>, std::vector<uint64_t>>;
 
 /// One column: its member name in the compound type, and its values (one per row).
 struct Column {
@@ -169,7 +170,8 @@ struct Column {
 using Table = std::vector<Column>;
 
 /// Writes `table` as a 1-D compound dataset with one member per column: strings as vlen UTF-8,
-/// doubles as IEEE f64, int64 and uint8 little-endian. An empty table gives an empty dataset.
+/// doubles as IEEE f64, int64, uint8 and uint64 little-endian. An empty table gives an empty
+/// dataset.
 Dataset write_table(const Group& parent, const std::string& name, const Table& table);
 
 /// An empty table with the columns of `like` (their values are ignored) that append_rows

@@ -1,7 +1,6 @@
 // src/report/reader.cpp — reads an HDF5 report back into a Report; checks it is one lav can read.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <limits>
 
@@ -13,12 +12,6 @@ namespace lav::report {
 namespace {
 
 constexpr const char* kWrittenBy = "lav reports are the .h5 files written by `lav run --out`";
-
-std::string case_group_name(size_t index) {
-    char name[32];
-    std::snprintf(name, sizeof name, "%04zu", index);
-    return name;
-}
 
 using Strings = std::vector<std::string>;
 using Doubles = std::vector<double>;
@@ -32,169 +25,210 @@ RunInfo read_run(const h5::File& file) {
     run.torch_version = h5::read_attribute<std::string>(file, "torch_version");
     run.hdf5_version = h5::read_attribute<std::string>(file, "hdf5_version");
     run.device = h5::read_attribute<std::string>(file, "device");
-    // reports written before providers existed have no such attribute
-    if (h5::has_attribute(file, "providers"))
-        run.providers = h5::read_attribute<std::string>(file, "providers");
+    run.providers = h5::read_attribute<std::string>(file, "providers");
     run.command_line = h5::read_attribute<std::string>(file, "command_line");
     run.started_at = h5::read_attribute<std::string>(file, "started_at");
     run.seed = h5::read_attribute<uint64_t>(file, "seed");
-    // reports written before shards existed have neither
-    if (h5::has_attribute(file, "shard"))
-        run.shard = h5::read_attribute<std::string>(file, "shard");
-    if (h5::has_attribute(file, "selection"))
-        run.selection = h5::read_attribute<std::string>(file, "selection");
-    // reports written before they kept their scenario files have no /scenarios
-    const std::vector<std::string> links = file.open_group("/").link_names();
-    if (std::find(links.begin(), links.end(), "scenarios") != links.end()) {
-        const h5::Table table =
-            h5::read_table(file, "scenarios", {{"path", Strings{}}, {"text", Strings{}}});
-        run.scenario_paths = h5::column<std::string>(table, "path");
-        run.scenario_texts = h5::column<std::string>(table, "text");
-    }
+    run.shard = h5::read_attribute<std::string>(file, "shard");
+    run.selection = h5::read_attribute<std::string>(file, "selection");
+    const h5::Table table =
+        h5::read_table(file, "scenarios", {{"path", Strings{}}, {"text", Strings{}}});
+    run.scenario_paths = h5::column<std::string>(table, "path");
+    run.scenario_texts = h5::column<std::string>(table, "text");
     return run;
 }
 
-std::vector<MetricRow> read_metrics(const h5::Group& group) {
-    const h5::Table table = h5::read_table(group, "metrics",
-                                           {{"tensor", Strings{}},
-                                            {"dtype", Strings{}},
-                                            {"expected_dtype", Strings{}},
-                                            {"rel_rmse", Doubles{}},
-                                            {"max_abs", Doubles{}},
-                                            {"max_abs_index", Strings{}},
-                                            {"max_rel", Doubles{}},
-                                            {"nonfinite", Int64s{}},
-                                            {"bound", Doubles{}},
-                                            {"pass", UInt8s{}}});
-    const auto& tensor = h5::column<std::string>(table, "tensor");
-    std::vector<MetricRow> rows(tensor.size());
-    for (size_t i = 0; i < rows.size(); ++i) {
-        MetricRow& m = rows[i];
-        m.tensor = tensor[i];
-        m.dtype = h5::column<std::string>(table, "dtype")[i];
-        m.expected_dtype = h5::column<std::string>(table, "expected_dtype")[i];
-        m.rel_rmse = h5::column<double>(table, "rel_rmse")[i];
-        m.max_abs = h5::column<double>(table, "max_abs")[i];
-        m.max_abs_index = h5::column<std::string>(table, "max_abs_index")[i];
-        m.max_rel = h5::column<double>(table, "max_rel")[i];
-        m.nonfinite = h5::column<int64_t>(table, "nonfinite")[i];
-        m.bound = h5::column<double>(table, "bound")[i];
-        m.pass = h5::column<uint8_t>(table, "pass")[i] != 0;
+/// A table keyed by case: its columns, and rows [first[i], first[i + 1]) of case i.
+struct Keyed {
+    h5::Table table;
+    std::vector<size_t> first;
+    size_t begin(int64_t index) const { return first[static_cast<size_t>(index)]; }
+    size_t end(int64_t index) const { return first[static_cast<size_t>(index) + 1]; }
+};
+
+/// Reads table `name` with a `case` column ahead of `like`'s; its rows must be in case order,
+/// each naming one of the `count` cases.
+Keyed read_keyed(const h5::File& file, const std::string& name, h5::Table like, size_t count) {
+    like.insert(like.begin(), {"case", Int64s{}});
+    Keyed keyed{h5::read_table(file, name, like), std::vector<size_t>(count + 1, 0)};
+    const auto& index = h5::column<int64_t>(keyed.table, "case");
+    int64_t previous = 0;
+    for (size_t row = 0; row < index.size(); ++row) {
+        if (index[row] < previous || index[row] >= static_cast<int64_t>(count))
+            file.open_dataset(name).invalid(
+                "row " + std::to_string(row) + " names case " + std::to_string(index[row]) +
+                (index[row] < previous ? ", after case " + std::to_string(previous)
+                                       : ", of " + std::to_string(count) + " cases"));
+        previous = index[row];
+        ++keyed.first[static_cast<size_t>(index[row]) + 1];
     }
-    return rows;
+    for (size_t i = 0; i < count; ++i) keyed.first[i + 1] += keyed.first[i];
+    return keyed;
 }
 
-PrecisionContract read_contract(const h5::Group& group) {
-    PrecisionContract contract;
-    contract.kernel = h5::read_attribute<std::string>(group, "kernel");
-    const h5::Table table = h5::read_table(
-        group, "contract", {{"item", Strings{}}, {"dtype", Strings{}}, {"note", Strings{}}});
-    const auto& item = h5::column<std::string>(table, "item");
-    const auto& dtype = h5::column<std::string>(table, "dtype");
-    const auto& note = h5::column<std::string>(table, "note");
-    for (size_t i = 0; i < item.size(); ++i) {
-        const std::optional<DType> parsed = parse_dtype(dtype[i]);
+/// The `column` value of `record`'s /cases row: a case whose rows it shares, checked in range.
+int64_t shared_case(const h5::File& file, const h5::Table& cases, const char* column,
+                    size_t record) {
+    const int64_t index = h5::column<int64_t>(cases, column)[record];
+    if (index < 0 || index >= static_cast<int64_t>(h5::column<std::string>(cases, "id").size()))
+        file.open_dataset("cases").invalid("row " + std::to_string(record) + " has " + column +
+                                           " " + std::to_string(index) + ", no case of the run");
+    return index;
+}
+
+void read_metrics(const Keyed& keyed, int64_t index, CaseRecord& c) {
+    const h5::Table& t = keyed.table;
+    for (size_t i = keyed.begin(index); i < keyed.end(index); ++i) {
+        MetricRow m;
+        m.tensor = h5::column<std::string>(t, "tensor")[i];
+        m.dtype = h5::column<std::string>(t, "dtype")[i];
+        m.expected_dtype = h5::column<std::string>(t, "expected_dtype")[i];
+        m.rel_rmse = h5::column<double>(t, "rel_rmse")[i];
+        m.max_abs = h5::column<double>(t, "max_abs")[i];
+        m.max_abs_index = h5::column<std::string>(t, "max_abs_index")[i];
+        m.max_rel = h5::column<double>(t, "max_rel")[i];
+        m.nonfinite = h5::column<int64_t>(t, "nonfinite")[i];
+        m.bound = h5::column<double>(t, "bound")[i];
+        m.pass = h5::column<uint8_t>(t, "pass")[i] != 0;
+        c.metrics.push_back(std::move(m));
+    }
+}
+
+void read_contract(const h5::File& file, const Keyed& keyed, int64_t index, CaseRecord& c) {
+    const h5::Table& t = keyed.table;
+    for (size_t i = keyed.begin(index); i < keyed.end(index); ++i) {
+        const std::string& item = h5::column<std::string>(t, "item")[i];
+        const std::string& dtype = h5::column<std::string>(t, "dtype")[i];
+        const std::optional<DType> parsed = parse_dtype(dtype);
         if (!parsed)
-            group.invalid("has contract item '" + item[i] + "' of unknown dtype '" + dtype[i] +
-                          "' (expected one of: " + dtype_names_list() + ")");
-        contract.items.push_back({item[i], *parsed, note[i]});
+            file.open_dataset("contract")
+                .invalid("row " + std::to_string(i) + " has item '" + item +
+                         "' of unknown dtype '" + dtype +
+                         "' (expected one of: " + dtype_names_list() + ")");
+        c.contract.items.push_back({item, *parsed, h5::column<std::string>(t, "note")[i]});
     }
-    return contract;
 }
 
-std::vector<Finding> read_findings(const h5::Group& group) {
-    const h5::Table table = h5::read_table(group, "findings",
-                                           {{"kind", Strings{}},
-                                            {"tensor", Strings{}},
-                                            {"message", Strings{}},
-                                            {"history", Strings{}}});
-    const auto& kind = h5::column<std::string>(table, "kind");
-    const auto& tensor = h5::column<std::string>(table, "tensor");
-    const auto& message = h5::column<std::string>(table, "message");
-    const auto& history = h5::column<std::string>(table, "history");
-    std::vector<Finding> findings;
-    for (size_t i = 0; i < kind.size(); ++i)
-        findings.push_back({kind[i], tensor[i], message[i], history[i]});
-    return findings;
+void read_findings(const Keyed& keyed, int64_t index, CaseRecord& c) {
+    const h5::Table& t = keyed.table;
+    for (size_t i = keyed.begin(index); i < keyed.end(index); ++i)
+        c.findings.push_back(
+            {h5::column<std::string>(t, "kind")[i], h5::column<std::string>(t, "tensor")[i],
+             h5::column<std::string>(t, "message")[i], h5::column<std::string>(t, "history")[i]});
 }
 
-std::vector<TraceRow> read_trace(const h5::Group& group) {
-    h5::Table like = {{"seq", std::vector<int64_t>{}},
-                      {"op", Strings{}},
-                      {"depth", std::vector<int64_t>{}},
-                      {"autocast", std::vector<uint8_t>{}},
-                      {"inputs", Strings{}},
-                      {"outputs", Strings{}}};
-    // reports written before declared rows existed hold traced rows only
-    const bool declared = h5::has_column(group, "trace", "source");
-    if (declared) {
-        like.push_back({"source", Strings{}});
-        like.push_back({"kernel", Strings{}});
+void read_trace(const h5::File& file, const Keyed& keyed, int64_t index, CaseRecord& c) {
+    const h5::Table& t = keyed.table;
+    for (size_t i = keyed.begin(index); i < keyed.end(index); ++i) {
+        TraceRow row{
+            h5::column<int64_t>(t, "seq")[i],        h5::column<std::string>(t, "op")[i],
+            h5::column<int64_t>(t, "depth")[i],      h5::column<uint8_t>(t, "autocast")[i] != 0,
+            h5::column<std::string>(t, "inputs")[i], h5::column<std::string>(t, "outputs")[i],
+            h5::column<std::string>(t, "source")[i], h5::column<std::string>(t, "kernel")[i]};
+        if (row.source != "traced" && row.source != "declared")
+            file.open_dataset("trace").invalid("row " + std::to_string(i) +
+                                               " has unknown source '" + row.source +
+                                               "' (expected traced or declared)");
+        c.trace.push_back(std::move(row));
     }
-    const h5::Table table = h5::read_table(group, "trace", like);
-    const auto& seq = h5::column<int64_t>(table, "seq");
-    const auto& op = h5::column<std::string>(table, "op");
-    const auto& depth = h5::column<int64_t>(table, "depth");
-    const auto& autocast = h5::column<uint8_t>(table, "autocast");
-    const auto& inputs = h5::column<std::string>(table, "inputs");
-    const auto& outputs = h5::column<std::string>(table, "outputs");
-    std::vector<TraceRow> rows;
-    for (size_t i = 0; i < seq.size(); ++i) {
-        TraceRow row{seq[i],    op[i],      depth[i], autocast[i] != 0,
-                     inputs[i], outputs[i], "traced", ""};
-        if (declared) {
-            row.source = h5::column<std::string>(table, "source")[i];
-            row.kernel = h5::column<std::string>(table, "kernel")[i];
-            if (row.source != "traced" && row.source != "declared")
-                group.invalid("has a trace row of unknown source '" + row.source +
-                              "' (expected traced or declared)");
-        }
-        rows.push_back(std::move(row));
-    }
-    return rows;
 }
 
-std::vector<DriftCurve> read_drift(const h5::Group& group) {
-    const h5::Group drift = group.open_group("drift");
-    std::vector<DriftCurve> curves;
-    for (const std::string& tensor : drift.link_names()) {
-        const h5::Dataset dataset = drift.open_dataset(tensor);
-        curves.push_back(
-            {tensor, h5::read_attribute<int64_t>(dataset, "block"), h5::read_doubles(dataset)});
+void read_drift(const Keyed& keyed, int64_t index, CaseRecord& c) {
+    const h5::Table& t = keyed.table;
+    const auto& tensor = h5::column<std::string>(t, "tensor");
+    // a curve is the run of rows of one tensor, in the order the case measured them
+    for (size_t i = keyed.begin(index); i < keyed.end(index); ++i) {
+        if (c.drift.empty() || c.drift.back().tensor != tensor[i])
+            c.drift.push_back({tensor[i], h5::column<int64_t>(t, "block")[i], {}});
+        c.drift.back().rel_rmse.push_back(h5::column<double>(t, "rel_rmse")[i]);
     }
-    return curves;
 }
 
-CaseRecord read_case(const h5::Group& cases, size_t index) {
-    const h5::Group group = cases.open_group(case_group_name(index));
-    const auto text = [&](const char* name) {
-        return h5::read_attribute<std::string>(group, name);
-    };
-    CaseRecord c;
-    c.id = text("id");
-    c.scenario_file = text("scenario_file");
-    c.scenario = text("scenario");
-    c.family = text("family");
-    c.variant = text("variant");
-    c.backend = text("backend");
-    c.pass = text("pass");
-    c.input_dtype = text("input_dtype");
-    c.gate_dtype = text("gate_dtype");
-    c.state_dtype = text("state_dtype");
-    c.output_dtype = text("output_dtype");
-    c.layout = text("layout");
-    c.shape = text("shape");
-    c.cu_seqlens = text("cu_seqlens");
-    c.verdict = text("verdict");
-    c.message = text("message");
-    c.seed = h5::read_attribute<uint64_t>(group, "seed");
-    c.seconds = h5::read_attribute<double>(group, "seconds");
-    c.metrics = read_metrics(group);
-    c.contract = read_contract(group);
-    c.findings = read_findings(group);
-    c.trace = read_trace(group);
-    c.drift = read_drift(group);
-    return c;
+/// The records of /cases, their rows of the keyed tables gathered.
+std::vector<CaseRecord> read_cases(const h5::File& file, size_t count) {
+    const h5::Table cases = h5::read_table(
+        file, "cases", {{"id", Strings{}},           {"scenario_file", Strings{}},
+                        {"scenario", Strings{}},     {"family", Strings{}},
+                        {"variant", Strings{}},      {"backend", Strings{}},
+                        {"pass", Strings{}},         {"input_dtype", Strings{}},
+                        {"gate_dtype", Strings{}},   {"state_dtype", Strings{}},
+                        {"output_dtype", Strings{}}, {"layout", Strings{}},
+                        {"shape", Strings{}},        {"cu_seqlens", Strings{}},
+                        {"verdict", Strings{}},      {"message", Strings{}},
+                        {"kernel", Strings{}},       {"seed", std::vector<uint64_t>{}},
+                        {"seconds", Doubles{}},      {"trace_case", Int64s{}},
+                        {"contract_case", Int64s{}}});
+    if (h5::column<std::string>(cases, "id").size() != count)
+        file.open_dataset("cases").invalid(
+            "has " + std::to_string(h5::column<std::string>(cases, "id").size()) +
+            " rows, case_count says " + std::to_string(count));
+    const Keyed metrics = read_keyed(file, "metrics",
+                                     {{"tensor", Strings{}},
+                                      {"dtype", Strings{}},
+                                      {"expected_dtype", Strings{}},
+                                      {"rel_rmse", Doubles{}},
+                                      {"max_abs", Doubles{}},
+                                      {"max_abs_index", Strings{}},
+                                      {"max_rel", Doubles{}},
+                                      {"nonfinite", Int64s{}},
+                                      {"bound", Doubles{}},
+                                      {"pass", UInt8s{}}},
+                                     count);
+    const Keyed contract = read_keyed(
+        file, "contract", {{"item", Strings{}}, {"dtype", Strings{}}, {"note", Strings{}}}, count);
+    const Keyed findings = read_keyed(file, "findings",
+                                      {{"kind", Strings{}},
+                                       {"tensor", Strings{}},
+                                       {"message", Strings{}},
+                                       {"history", Strings{}}},
+                                      count);
+    const Keyed trace = read_keyed(file, "trace",
+                                   {{"seq", Int64s{}},
+                                    {"op", Strings{}},
+                                    {"depth", Int64s{}},
+                                    {"autocast", UInt8s{}},
+                                    {"inputs", Strings{}},
+                                    {"outputs", Strings{}},
+                                    {"source", Strings{}},
+                                    {"kernel", Strings{}}},
+                                   count);
+    const Keyed drift =
+        read_keyed(file, "drift",
+                   {{"tensor", Strings{}}, {"block", Int64s{}}, {"rel_rmse", Doubles{}}}, count);
+
+    std::vector<CaseRecord> records(count);
+    for (size_t i = 0; i < count; ++i) {
+        CaseRecord& c = records[i];
+        const auto text = [&](const char* name) -> const std::string& {
+            return h5::column<std::string>(cases, name)[i];
+        };
+        c.id = text("id");
+        c.scenario_file = text("scenario_file");
+        c.scenario = text("scenario");
+        c.family = text("family");
+        c.variant = text("variant");
+        c.backend = text("backend");
+        c.pass = text("pass");
+        c.input_dtype = text("input_dtype");
+        c.gate_dtype = text("gate_dtype");
+        c.state_dtype = text("state_dtype");
+        c.output_dtype = text("output_dtype");
+        c.layout = text("layout");
+        c.shape = text("shape");
+        c.cu_seqlens = text("cu_seqlens");
+        c.verdict = text("verdict");
+        c.message = text("message");
+        c.contract.kernel = text("kernel");
+        c.seed = h5::column<uint64_t>(cases, "seed")[i];
+        c.seconds = h5::column<double>(cases, "seconds")[i];
+        const auto index = static_cast<int64_t>(i);
+        read_metrics(metrics, index, c);
+        read_contract(file, contract, shared_case(file, cases, "contract_case", i), c);
+        read_findings(findings, index, c);
+        read_trace(file, trace, shared_case(file, cases, "trace_case", i), c);
+        read_drift(drift, index, c);
+    }
+    return records;
 }
 
 /// `/summary` repeats what the cases hold, and readers without lav (pandas) read it alone: a row
@@ -231,8 +265,8 @@ void check_summary(const h5::File& file, const Report& report) {
         else if (!same(h5::column<double>(table, "worst_bound")[i], worst ? worst->bound : kNone))
             column = "worst_bound";
         if (column != nullptr)
-            summary.invalid("row " + std::to_string(i) + " says other than /cases/" +
-                            case_group_name(i) + " (" + c.id + ") in column " + column);
+            summary.invalid("row " + std::to_string(i) + " says other than /cases row " +
+                            std::to_string(i) + " (" + c.id + ") in column " + column);
     }
 }
 
@@ -243,9 +277,7 @@ Report read_contents(const h5::File& file) {
     report.run = read_run(file);
     const int64_t case_count = h5::read_attribute<int64_t>(file, "case_count");
     if (case_count < 0) file.invalid("has a negative case_count");
-    const h5::Group cases = file.open_group("cases");
-    for (int64_t i = 0; i < case_count; ++i)
-        report.cases.push_back(read_case(cases, static_cast<size_t>(i)));
+    report.cases = read_cases(file, static_cast<size_t>(case_count));
     check_summary(file, report);
     return report;
 }

@@ -18,7 +18,11 @@
 namespace lav::report {
 
 /// Schema of the files this build writes; readers accept the same major version.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
+
+namespace layout {
+class Sharing;
+}
 
 struct RunInfo {
     std::string lav_version;
@@ -140,11 +144,11 @@ struct Report {
 /// Writes a report case by case; the file at `path` is complete and readable after each add()
 /// and an add() costs the same at the first case and the ten-thousandth.
 ///
-/// Two files of its own beside `path` take turns: each add() appends the cases the file not in
-/// place lacks (the new one, and the one before, which went to the other), flushes it and
-/// renames it over `path` (keeping a second name for it, to append to it again later). So
-/// `path` is replaced in one step by a file that is complete as it stands, whenever the
-/// process dies. The caller holds an OutputLock on `path` (report/output.h).
+/// Two files of its own beside `path` take turns: each add() appends the rows of the cases the
+/// file not in place lacks (the new one, and the one before, which went to the other) to its
+/// run-wide tables, flushes it and renames it over `path` (keeping a second name for it, to append
+/// to it again later). So `path` is replaced in one step by a file that is complete as it stands,
+/// whenever the process dies. The caller holds an OutputLock on `path` (report/output.h).
 class ReportWriter {
   public:
     /// Writes the empty report at once, so an unwritable path fails before any case runs.
@@ -179,7 +183,8 @@ class ReportWriter {
     std::string path_;
     Report report_;
     std::array<std::unique_ptr<Copy>, 2> copies_;
-    size_t lagging_ = 0;  ///< the copy not in place, the next to catch up
+    std::unique_ptr<layout::Sharing> sharing_;  ///< decided once, written alike to both copies
+    size_t lagging_ = 0;                        ///< the copy not in place, the next to catch up
     double interval_ = 0;
     std::chrono::steady_clock::time_point published_ = std::chrono::steady_clock::now();
     double seconds_writing_ = 0;

@@ -13,10 +13,6 @@
 namespace lav::report {
 namespace {
 
-// rows per chunk of /summary: appending rewrites the last chunk, so a small one keeps an append
-// cheap (64 rows are about 14 KB)
-constexpr size_t kSummaryChunkRows = 64;
-
 constexpr const char* kNote = "\nnote: reports go to a folder lav can create and write, with room";
 
 /// An exclusive flock on a file while it is appended to, unless a reader has the file open:
@@ -45,27 +41,27 @@ class Unread {
 struct ReportWriter::Copy {
     TemporaryFile name;
     h5::File file;
-    h5::Group cases;
-    h5::Dataset summary;
+    layout::Tables tables;
     size_t written = 0;  ///< the cases it holds
 
     Copy(std::string path, const Report& report)
         : name(std::move(path)),
           file(h5::File::create(name.path())),
-          cases(file.create_group("cases")),
-          summary(h5::create_growing_table(file, "summary", layout::summary_rows({}, 0, 0),
-                                           kSummaryChunkRows)) {
+          tables(layout::create_tables(file)) {
         layout::write_run(file, report);
     }
 };
 
-ReportWriter::ReportWriter(std::string path, RunInfo run) : path_(std::move(path)) {
+ReportWriter::ReportWriter(std::string path, RunInfo run)
+    : path_(std::move(path)), sharing_(std::make_unique<layout::Sharing>()) {
     report_.run = std::move(run);
     publish(false);
 }
 
 ReportWriter::ReportWriter(std::string path, Report resumed)
-    : path_(std::move(path)), report_(std::move(resumed)) {
+    : path_(std::move(path)),
+      report_(std::move(resumed)),
+      sharing_(std::make_unique<layout::Sharing>()) {
     report_.complete = false;
     publish(false);
 }
@@ -105,9 +101,8 @@ void ReportWriter::publish_now(bool last) {
         if (!slot) slot = std::make_unique<Copy>(temporary_name(path_, "tmp"), report_);
         Copy& copy = *slot;
         const size_t count = report_.cases.size();
-        for (size_t i = copy.written; i < count; ++i)
-            layout::write_case(copy.cases, i, report_.cases[i]);
-        h5::append_rows(copy.summary, layout::summary_rows(report_.cases, copy.written, count));
+        sharing_->extend(report_.cases);
+        layout::append_cases(copy.tables, report_.cases, *sharing_, copy.written, count);
         copy.written = count;
         h5::write_attribute(copy.file, "case_count", static_cast<int32_t>(count));
         h5::write_attribute(copy.file, "complete", int32_t{report_.complete ? 1 : 0});

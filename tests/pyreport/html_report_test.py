@@ -106,9 +106,8 @@ class Browser:
 def plots_expected():
     """One heat map per family, the baseline's, and one drift plot per case that has drift."""
     with h5py.File(REPORT, "r") as file:
-        cases = list(file["cases"].values())
-        families = {c.attrs["family"] for c in cases}
-        return len(families) + 1 + sum(1 for c in cases if len(c["drift"]))
+        families = set(file["cases"]["family"])
+        return len(families) + 1 + len(set(file["drift"]["case"]))
 
 
 class HtmlReport(unittest.TestCase):

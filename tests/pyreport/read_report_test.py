@@ -20,14 +20,26 @@ VARLEN = "pyreport_matrix[dtypes.inputs=bf16,dtypes.state=bf16,layout=head_last]
 
 
 def raw_cases(path):
-    """{case id: h5py group's tables and drift as numpy}, read without lav."""
-    cases = {}
+    """{case id: its rows of each table, and its drift curves, as numpy}, read without lav: a
+    case's rows are those whose `case` is its index, or for trace and contract, the index its
+    `trace_case` and `contract_case` name."""
     with h5py.File(path, "r") as file:
-        for group in file["cases"].values():
-            cases[group.attrs["id"]] = {
-                **{name: group[name][()] for name in ("metrics", "findings", "contract", "trace")},
-                "drift": {t: (c[()], int(c.attrs["block"])) for t, c in group["drift"].items()}}
-    return cases
+        cases = file["cases"][()]
+        tables = {name: file[name][()] for name in ("metrics", "findings", "contract", "trace")}
+        drift = file["drift"][()]
+    raw = {}
+    for index, case in enumerate(cases):
+        owner = {"trace": case["trace_case"], "contract": case["contract_case"]}
+        rows = {name: table[table["case"] == owner.get(name, index)]
+                for name, table in tables.items()}
+        mine = drift[drift["case"] == index]
+        curves = {}
+        for row in mine:
+            values, block = curves.setdefault(row["tensor"].decode(), ([], int(row["block"])))
+            values.append(row["rel_rmse"])
+        rows["drift"] = {t: (np.array(v), block) for t, (v, block) in curves.items()}
+        raw[case["id"].decode()] = rows
+    return raw
 
 
 def truncated_copy(folder, keep):
@@ -35,12 +47,12 @@ def truncated_copy(folder, keep):
     path = os.path.join(folder, f"incomplete_{keep}.h5")
     shutil.copy(REPORT, path)
     with h5py.File(path, "r+") as file:
-        count = int(file.attrs["case_count"])
-        for index in range(keep, count):
-            del file["cases"][f"{index:04d}"]
-        summary = file["summary"][:keep]
-        del file["summary"]
-        file.create_dataset("summary", data=summary, maxshape=(None,))
+        # every table is chunked with no limit on its rows, so it can shrink in place
+        for name in ("summary", "cases"):
+            file[name].resize((keep,))
+        for name in ("metrics", "findings", "contract", "trace", "drift"):
+            rows = int(np.count_nonzero(file[name]["case"] < keep))
+            file[name].resize((rows,))
         file.attrs["case_count"] = np.int32(keep)
         file.attrs["complete"] = np.int32(0)
     return path

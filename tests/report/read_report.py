@@ -3,9 +3,9 @@
 
 Usage: read_report.py REPORT.h5
 
-Checks every root attribute, the /summary table (read into a pandas DataFrame), and each case's
-attributes, metrics, contract, findings, trace and drift curves, with the types reports/SCHEMA.md
-documents. Prints each problem and exits 1 if there is any; exits 77 (skipped, for CTest) when
+Checks every root attribute and every table (/summary, /cases, /metrics, /contract, /findings,
+/trace, /drift, read into pandas DataFrames), with the types reports/SCHEMA.md documents, and that
+the rows of each case are found as it says: by the `case` column, in case order. Prints each problem and exits 1 if there is any; exits 77 (skipped, for CTest) when
 h5py or pandas is not installed.
 """
 import sys
@@ -18,13 +18,13 @@ except ImportError as missing:
     print(f"skipped: {missing}")
     sys.exit(77)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # kinds: "str" vlen UTF-8 string, "f64", "i64", "u64", "int" (any integer), "flag" (1-byte 0/1)
 ROOT_ATTRIBUTES = {
     "schema_version": "int", "complete": "int", "lav_version": "str", "git_commit": "str",
     "torch_version": "str", "hdf5_version": "str", "device": "str", "command_line": "str",
-    "started_at": "str", "seed": "u64", "case_count": "int",
+    "started_at": "str", "seed": "u64", "case_count": "int", "providers": "str",
 }
 SUMMARY_COLUMNS = {
     "id": "str", "scenario": "str", "family": "str", "variant": "str", "backend": "str",
@@ -32,12 +32,12 @@ SUMMARY_COLUMNS = {
     "verdict": "str", "worst_tensor": "str", "worst_rel_rmse": "f64", "worst_bound": "f64",
     "seconds": "f64",
 }
-CASE_ATTRIBUTES = {
+CASES_COLUMNS = {
     **{name: "str" for name in (
         "id", "scenario_file", "scenario", "family", "variant", "backend", "pass", "input_dtype",
         "gate_dtype", "state_dtype", "output_dtype", "layout", "shape", "cu_seqlens", "verdict",
         "message", "kernel")},
-    "seed": "u64", "seconds": "f64",
+    "seed": "u64", "seconds": "f64", "trace_case": "i64", "contract_case": "i64",
 }
 METRICS_COLUMNS = {
     "tensor": "str", "dtype": "str", "expected_dtype": "str", "rel_rmse": "f64", "max_abs": "f64",
@@ -47,7 +47,8 @@ CONTRACT_COLUMNS = {"item": "str", "dtype": "str", "note": "str"}
 FINDINGS_COLUMNS = {"kind": "str", "tensor": "str", "message": "str", "history": "str"}
 TRACE_COLUMNS = {"seq": "int", "op": "str", "depth": "int", "autocast": "flag", "inputs": "str",
                  "outputs": "str", "source": "str", "kernel": "str"}
-VERDICTS = {"pass", "fail", "error"}
+DRIFT_COLUMNS = {"tensor": "str", "block": "i64", "position": "i64", "rel_rmse": "f64"}
+VERDICTS = {"pass", "warn", "fail", "error"}
 DTYPES = {"fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2"}
 
 problems = []
@@ -109,47 +110,59 @@ def read_table(group, name, columns):
     return frame
 
 
-def check_case(name, group, summary_row):
-    attributes = check_attributes(group, CASE_ATTRIBUTES)
-    if attributes.get("verdict") not in VERDICTS:
-        problem(f"{group.name}: verdict {attributes.get('verdict')!r} not one of {VERDICTS}")
-    if summary_row is not None:
-        for column in ("id", "scenario", "family", "variant", "backend", "pass", "verdict"):
-            if column in attributes and summary_row[column] != attributes[column]:
-                problem(f"/summary row {name}: {column} {summary_row[column]!r} but "
-                        f"{group.name} has {attributes[column]!r}")
+def check_keyed(frame, name, case_count):
+    """A table keyed by case: `case` an index of /cases, never decreasing."""
+    if frame is None or not len(frame):
+        return
+    index = frame["case"].to_numpy()
+    if (index < 0).any() or (index >= case_count).any():
+        problem(f"/{name}: case outside 0..{case_count - 1}")
+    if (np.diff(index) < 0).any():
+        problem(f"/{name}: rows not in case order")
 
-    metrics = read_table(group, "metrics", METRICS_COLUMNS)
+
+def check_cases(cases, summary, tables):
+    count = len(cases)
+    for column in ("id", "scenario", "family", "variant", "backend", "pass", "verdict"):
+        if summary is not None and list(summary[column]) != list(cases[column]):
+            problem(f"/summary: column {column} says other than /cases")
+    if not cases["verdict"].isin(VERDICTS).all():
+        problem(f"/cases: verdicts {sorted(set(cases['verdict']) - VERDICTS)} unknown")
+    for name in ("trace", "contract"):
+        shared = cases[f"{name}_case"].to_numpy()
+        if count and ((shared < 0).any() or (shared > np.arange(count)).any()):
+            problem(f"/cases: {name}_case names no earlier case")
+        owners = set(tables[name]["case"]) if tables[name] is not None else set()
+        if not owners <= set(shared):
+            problem(f"/{name}: rows of a case no case shares")
+
+    metrics = tables["metrics"]
     if metrics is not None and len(metrics) and not metrics["pass"].isin([0, 1]).all():
-        problem(f"{group.name}/metrics: pass holds values other than 0 and 1")
-    contract = read_table(group, "contract", CONTRACT_COLUMNS)
+        problem("/metrics: pass holds values other than 0 and 1")
+    contract = tables["contract"]
     if contract is not None and len(contract):
         unknown = set(contract["dtype"]) - DTYPES
         if unknown:
-            problem(f"{group.name}/contract: unknown dtypes {sorted(unknown)}")
-    read_table(group, "findings", FINDINGS_COLUMNS)
-    trace = read_table(group, "trace", TRACE_COLUMNS)
+            problem(f"/contract: unknown dtypes {sorted(unknown)}")
+    trace = tables["trace"]
     if trace is not None and len(trace):
         if not trace["source"].isin(["traced", "declared"]).all():
-            problem(f"{group.name}/trace: source holds values other than traced and declared")
+            problem("/trace: source holds values other than traced and declared")
         declared = trace[trace["source"] == "declared"]
         unknown = set(declared["outputs"]) - DTYPES
         if unknown:
-            problem(f"{group.name}/trace: declared rows of unknown dtypes {sorted(unknown)}")
+            problem(f"/trace: declared rows of unknown dtypes {sorted(unknown)}")
         if (declared["kernel"] == "").any():
-            problem(f"{group.name}/trace: a declared row names no kernel")
-
-    if "drift" not in group or not isinstance(group["drift"], h5py.Group):
-        problem(f"{group.name}: no group 'drift'")
-        return
-    for tensor, curve in group["drift"].items():
-        is_curve = isinstance(curve, h5py.Dataset) and curve.ndim == 1
-        if not is_curve or not dtype_is(curve.dtype, "f64"):
-            problem(f"{curve.name}: not a 1-D float64 dataset")
-            continue
-        check_attributes(curve, {"block": "i64"})
-        if np.any(curve[()] < 0):
-            problem(f"{curve.name}: negative rel_rmse")
+            problem("/trace: a declared row names no kernel")
+    drift = tables["drift"]
+    if drift is not None and len(drift):
+        if (drift["rel_rmse"] < 0).any():
+            problem("/drift: negative rel_rmse")
+        # position counts blocks from 0 along each curve: a case's rows of one tensor
+        for (_, _), curve in drift.groupby(["case", "tensor"], sort=False):
+            expected = np.arange(len(curve)) * curve["block"].to_numpy()
+            if list(curve["position"]) != list(expected):
+                problem(f"/drift: positions of {curve['tensor'].iloc[0]} are not 0, block, ...")
 
 
 def main(path):
@@ -161,20 +174,20 @@ def main(path):
             problem(f"/: complete is {root.get('complete')}, not 0 or 1")
 
         summary = read_table(report, "summary", SUMMARY_COLUMNS)
-        if "cases" not in report:
-            problem("/: no group 'cases'")
+        cases = read_table(report, "cases", CASES_COLUMNS)
+        if cases is None:
             return
-        names = sorted(report["cases"],
-                       key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0))
         case_count = root.get("case_count")
-        if names != [f"{i:04d}" for i in range(len(names))]:
-            problem(f"/cases: groups {names} are not 0000, 0001, ...")
-        if case_count != len(names) or (summary is not None and len(summary) != case_count):
-            problem(f"/: case_count {case_count}, /cases has {len(names)} groups, /summary "
-                    f"{None if summary is None else len(summary)} rows")
-        for i, name in enumerate(names):
-            row = summary.iloc[i] if summary is not None and i < len(summary) else None
-            check_case(name, report["cases"][name], row)
+        if case_count != len(cases) or (summary is not None and len(summary) != case_count):
+            problem(f"/: case_count {case_count}, /cases has {len(cases)} rows, /summary "
+                    f"{None if summary is None else len(summary)}")
+        columns = {"metrics": METRICS_COLUMNS, "contract": CONTRACT_COLUMNS,
+                   "findings": FINDINGS_COLUMNS, "trace": TRACE_COLUMNS, "drift": DRIFT_COLUMNS}
+        tables = {}
+        for name, expected in columns.items():
+            tables[name] = read_table(report, name, {"case": "i64", **expected})
+            check_keyed(tables[name], name, len(cases))
+        check_cases(cases, summary, tables)
 
         if summary is not None:
             print(summary[["id", "verdict", "worst_tensor", "worst_rel_rmse", "seconds"]]

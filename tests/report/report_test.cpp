@@ -217,11 +217,48 @@ TEST_F(ReportRoundTrip, SummaryRowsCarryEachCasesWorstTensor) {
     }
 }
 
-TEST_F(ReportRoundTrip, CaseGroupsAreZeroPadded) {
+TEST_F(ReportRoundTrip, RecordsWithTheSameTraceOrContractShareTheirRows) {
+    // the records of one case carry one trace, and every record of one kernel one contract:
+    // each is written once, and read back into every record
+    Report written = sample_report();
+    CaseRecord sibling = written.cases[1];
+    sibling.id = "smoke[dtypes.inputs=bf16]/recurrent/cpu/bwd";
+    sibling.contract.items.pop_back();
+    written.cases.push_back(sibling);
+    write_report(path("run.h5"), written);
+
+    const h5::File file = h5::File::open_read_only(path("run.h5"));
+    const h5::Table cases = h5::read_table(
+        file, "cases",
+        {{"trace_case", std::vector<int64_t>{}}, {"contract_case", std::vector<int64_t>{}}});
+    EXPECT_EQ(h5::column<int64_t>(cases, "trace_case"), (std::vector<int64_t>{0, 1, 0, 1}));
+    EXPECT_EQ(h5::column<int64_t>(cases, "contract_case"), (std::vector<int64_t>{0, 0, 2, 3}));
+    EXPECT_EQ(file.open_dataset("trace").rows(), written.cases[1].trace.size());
+    EXPECT_EQ(file.open_dataset("contract").rows(),
+              written.cases[0].contract.items.size() + sibling.contract.items.size());
+
+    const Report read = read_report(path("run.h5"));
+    ASSERT_EQ(read.cases.size(), written.cases.size());
+    for (size_t i = 0; i < written.cases.size(); ++i)
+        expect_same_case(written.cases[i], read.cases[i]);
+}
+
+TEST_F(ReportRoundTrip, TablesKeyRowsByCaseIndex) {
     write_report(path("run.h5"), sample_report());
     const h5::File file = h5::File::open_read_only(path("run.h5"));
-    EXPECT_EQ(file.open_group("cases").link_names(),
-              (std::vector<std::string>{"0000", "0001", "0002"}));
+    const h5::Table metrics =
+        h5::read_table(file, "metrics",
+                       {{"case", std::vector<int64_t>{}}, {"tensor", std::vector<std::string>{}}});
+    EXPECT_EQ(h5::column<int64_t>(metrics, "case"), (std::vector<int64_t>{0, 0, 1, 1, 1}));
+    EXPECT_EQ(h5::column<std::string>(metrics, "tensor"),
+              (std::vector<std::string>{"o", "ht", "o", "dq", "dk"}));
+    const h5::Table drift = h5::read_table(file, "drift",
+                                           {{"case", std::vector<int64_t>{}},
+                                            {"tensor", std::vector<std::string>{}},
+                                            {"position", std::vector<int64_t>{}}});
+    EXPECT_EQ(h5::column<int64_t>(drift, "case"), (std::vector<int64_t>{0, 0, 0, 0, 0, 1, 1}));
+    EXPECT_EQ(h5::column<int64_t>(drift, "position"),
+              (std::vector<int64_t>{0, 64, 128, 192, 0, 0, 64}));
 }
 
 // ---- the writer ----
@@ -239,7 +276,7 @@ TEST_F(ReportWriterFile, HoldsExactlyTheFinishedCasesAfterEachAdd) {
         const Report read = read_report(target);
         EXPECT_FALSE(read.complete);
         ASSERT_EQ(read.cases.size(), n);
-        for (size_t i = 0; i < n; ++i) EXPECT_EQ(read.cases[i].id, cases[i].id);
+        for (size_t i = 0; i < n; ++i) expect_same_case(cases[i], read.cases[i]);
         EXPECT_FALSE(fs::exists(target + ".tmp"));
     }
     writer.finish();
@@ -423,27 +460,58 @@ void expect_usage_error_naming(const std::string& file, const std::string& words
     EXPECT_NE(what.find("note: "), std::string::npos) << what;
 }
 
+/// Replaces dataset `name` of report `to` by that of report `from`.
+void transplant(const std::string& from, const std::string& to, const char* name) {
+    const hid_t source = H5Fopen(from.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const hid_t target = H5Fopen(to.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(source, 0);
+    ASSERT_GE(target, 0);
+    EXPECT_GE(H5Ldelete(target, name, H5P_DEFAULT), 0);
+    EXPECT_GE(H5Ocopy(source, name, target, name, H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(target);
+    H5Fclose(source);
+}
+
 TEST_F(ReadReportError, SummaryThatSaysOtherThanItsCase) {
     // /summary says the failing case passed: pandas readers of the summary would be misled
-    Report report = sample_report();
-    std::vector<CaseRecord> claimed = report.cases;
-    claimed[1].verdict = "pass";
+    const Report report = sample_report();
+    Report claimed = report;
+    claimed.cases[1].verdict = "pass";
     const std::string file = path("run.h5");
-    {
-        h5::File out = h5::File::create(file);
-        layout::write_run(out, report);
-        h5::write_table(out, "summary", layout::summary_rows(claimed, 0, claimed.size()));
-        h5::Group cases = out.create_group("cases");
-        for (size_t i = 0; i < report.cases.size(); ++i)
-            layout::write_case(cases, i, report.cases[i]);
-        out.close();
-    }
+    write_report(file, report);
+    write_report(path("claimed.h5"), claimed);
+    transplant(path("claimed.h5"), file, "summary");
     const ReportError e = report_error_of([&] { read_report(file); });
     const std::string what = e.what();
     EXPECT_EQ(e.exit_code(), ExitCode::kUsage) << what;
     EXPECT_NE(what.find(file), std::string::npos) << what;
     EXPECT_NE(what.find(report.cases[1].id), std::string::npos) << what;
     EXPECT_NE(what.find("verdict"), std::string::npos) << what;
+}
+
+TEST_F(ReadReportError, RowsOutOfCaseOrderOrOfNoCaseAreRefused) {
+    // rows are found by their case index; a row of no case, or out of order, is a damaged file
+    Report report = sample_report();
+    write_report(path("run.h5"), report);
+    Report more = report;
+    more.cases.push_back(passing_case());
+    write_report(path("more.h5"), more);
+    transplant(path("more.h5"), path("run.h5"), "metrics");
+    expect_usage_error_naming(path("run.h5"), "/metrics row 5 names case 3, of 3 cases");
+
+    {
+        h5::File out = h5::File::create(path("unordered.h5"));
+        h5::write_table(out, "findings",
+                        {{"case", std::vector<int64_t>{1, 0}},
+                         {"kind", std::vector<std::string>{"TOLERANCE", "DRIFT"}},
+                         {"tensor", std::vector<std::string>{"o", "o"}},
+                         {"message", std::vector<std::string>{"", ""}},
+                         {"history", std::vector<std::string>{"", ""}}});
+        out.close();
+    }
+    write_report(path("run.h5"), report);
+    transplant(path("unordered.h5"), path("run.h5"), "findings");
+    expect_usage_error_naming(path("run.h5"), "/findings row 1 names case 0, after case 1");
 }
 
 TEST_F(ReadReportError, MissingFile) {
@@ -467,14 +535,26 @@ TEST_F(ReadReportError, HdfFileThatIsNotAReport) {
     expect_usage_error_naming(path("other.h5"), "not a lav report");
 }
 
-TEST_F(ReadReportError, NewerSchemaVersion) {
+TEST_F(ReadReportError, OtherSchemaVersion) {
     {
         h5::File file = h5::File::create(path("future.h5"));
-        h5::write_attribute(file, "schema_version", int32_t{2});
+        h5::write_attribute(file, "schema_version", int32_t{kSchemaVersion + 1});
         h5::write_attribute(file, "lav_version", std::string("9.0.0"));
         file.close();
     }
-    expect_usage_error_naming(path("future.h5"), "schema version 2");
+    expect_usage_error_naming(path("future.h5"),
+                              "schema version " + std::to_string(kSchemaVersion + 1) +
+                                  ", this lav reads version " + std::to_string(kSchemaVersion));
+    {
+        // version 1 kept a group of objects per case
+        h5::File file = h5::File::create(path("old.h5"));
+        h5::write_attribute(file, "schema_version", int32_t{1});
+        h5::write_attribute(file, "lav_version", std::string("0.1.0"));
+        h5::Group cases = file.create_group("cases");
+        cases.create_group("0000");
+        file.close();
+    }
+    expect_usage_error_naming(path("old.h5"), "schema version 1");
     const ReportError e = report_error_of([&] { read_report(path("future.h5")); });
     EXPECT_NE(std::string(e.what()).find("lav 9.0.0"), std::string::npos) << e.what();
 }
@@ -492,51 +572,11 @@ TEST_F(ReadReportError, MissingTableColumnIsNamed) {
     write_report(path("run.h5"), sample_report());
     const h5::File file = h5::File::open_read_only(path("run.h5"));
     const ReportError e = report_error_of([&] {
-        h5::read_table(file.open_group("cases").open_group("0000"), "metrics",
-                       {{"ulp", std::vector<double>{}}});
+        h5::read_table(file, "metrics", {{"ulp", std::vector<double>{}}});
     });
     EXPECT_EQ(e.exit_code(), ExitCode::kUsage);
-    EXPECT_NE(std::string(e.what()).find("/cases/0000/metrics has no column 'ulp'"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("/metrics has no column 'ulp'"), std::string::npos)
         << e.what();
-}
-
-TEST_F(ReportRoundTrip, TraceWithoutSourceColumnReadsAsTraced) {
-    // a report whose trace table is as lav wrote it before declared rows joined it
-    write_report(path("run.h5"), sample_report());
-    {
-        h5::File old = h5::File::create(path("old_trace.h5"));
-        h5::write_table(old, "trace",
-                        {{"seq", std::vector<int64_t>{0, 1}},
-                         {"op", std::vector<std::string>{"aten::mul", "aten::addcmul"}},
-                         {"depth", std::vector<int64_t>{0, 0}},
-                         {"autocast", std::vector<uint8_t>{0, 1}},
-                         {"inputs", std::vector<std::string>{"fp16[8] (k)", "fp32[8] (k_a)"}},
-                         {"outputs", std::vector<std::string>{"fp16[8]", "fp32[8]"}}});
-        old.close();
-    }
-    const hid_t from = H5Fopen(path("old_trace.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    const hid_t to = H5Fopen(path("run.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    ASSERT_GE(from, 0);
-    ASSERT_GE(to, 0);
-    EXPECT_GE(H5Ldelete(to, "cases/0001/trace", H5P_DEFAULT), 0);
-    EXPECT_GE(H5Ocopy(from, "trace", to, "cases/0001/trace", H5P_DEFAULT, H5P_DEFAULT), 0);
-    H5Fclose(to);
-    H5Fclose(from);
-
-    const Report read = read_report(path("run.h5"));
-    ASSERT_EQ(read.cases.size(), 3u);
-    const std::vector<TraceRow>& trace = read.cases[1].trace;
-    ASSERT_EQ(trace.size(), 2u);
-    EXPECT_EQ(trace[1].op, "aten::addcmul");
-    EXPECT_TRUE(trace[1].autocast);
-    for (const TraceRow& row : trace) {
-        EXPECT_EQ(row.source, "traced") << row.op;
-        EXPECT_EQ(row.kernel, "") << row.op;
-    }
-    // the other cases keep what was written
-    expect_same_case(passing_case(), read.cases[0]);
-    expect_same_case(error_case(), read.cases[2]);
 }
 
 TEST_F(ReadReportError, TraceRowOfUnknownSourceIsNamed) {
