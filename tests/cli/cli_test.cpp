@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -413,16 +415,40 @@ TEST(Cli, CorruptFilesExitTwo) {
     }
 }
 
-TEST(Cli, CommittedBaselineMatchesTheNightlyScenarios) {
-    // a report-layout change must come with a rewritten baseline, or the nightly gate breaks
-    const report::Report base =
-        report::read_report(std::string(LAV_SOURCE_DIR) + "/reports/baselines/nightly.h5");
-    EXPECT_TRUE(base.complete);
+TEST(Cli, CommittedBaselinesMatchTheNightlyScenarios) {
+    // a change to the nightly or to the report's layout must come with baselines remade by
+    // tools/baselines.sh, or the nightly gate breaks
     const Result validate = lav("validate scenarios/nightly");
     ASSERT_EQ(validate.code, 0) << validate.output;
-    size_t bwd = 0;
-    for (const auto& c : base.cases) bwd += c.pass == "bwd";
-    EXPECT_GT(bwd, 0u);
+    size_t cases = 0;  // "ok  scenarios/nightly/gla.toml  (12 cases)" per file
+    const std::regex count(R"(\((\d+) cases?\))");
+    for (std::sregex_iterator it(validate.output.begin(), validate.output.end(), count), end;
+         it != end; ++it)
+        cases += std::stoul((*it)[1]);
+    ASSERT_GT(cases, 0u) << validate.output;
+    for (const std::string device : {"cpu", "cuda-h100"}) {
+        SCOPED_TRACE(device);
+        const report::Report base = report::read_report(
+            std::string(LAV_SOURCE_DIR) + "/reports/baselines/nightly-" + device + ".h5");
+        EXPECT_TRUE(base.complete);
+        std::set<std::string> case_ids, families;
+        size_t bwd = 0, cuda = 0;
+        for (const auto& c : base.cases) {
+            // the case id: the record id less "/<variant>/<backend>/<pass>"
+            const size_t tail = c.variant.size() + c.backend.size() + c.pass.size() + 3;
+            case_ids.insert(c.id.substr(0, c.id.size() - tail));
+            families.insert(c.family);
+            bwd += c.pass == "bwd";
+            cuda += c.backend == "cuda";
+        }
+        EXPECT_EQ(case_ids.size(), cases) << "the baseline's cases are not the nightly's";
+        EXPECT_EQ(families.size(), 14u);
+        EXPECT_GT(bwd, 0u);
+        if (device == "cpu")
+            EXPECT_EQ(cuda, 0u);
+        else
+            EXPECT_GT(cuda, 0u);
+    }
 }
 
 TEST(Cli, BadScenarioExitsTwoWithPosition) {
