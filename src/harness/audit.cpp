@@ -182,31 +182,44 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
     if (device == at::kCUDA || (prologue.autocast == scenario::AutocastMode::fp16 && at::hasCUDA()))
         for (auto& [name, t] : env) t = t.to(at::kCUDA);
 
-    // values are checked too: a prologue is short, and the op that first made a NaN is the
-    // answer to "why is the kernel's output NaN"
-    trace::TraceScope scope(/*check_values=*/true);
-    PrologueHooks hooks;
-    hooks.on_input = [&](const std::string& name, const at::Tensor& t) {
-        const scenario::PrologueTensor* declared = prologue.find_tensor(name);
-        scope.trace().label(
-            t, name, declared && declared->parameter ? trace::Role::parameter : trace::Role::input);
+    // the op that first made a NaN is the answer to "why is the kernel's output NaN": where a
+    // kernel input the ops made holds NaN or Inf, the prologue runs again with every op's
+    // values checked (which costs about an op per tensor)
+    const auto traced_run = [&](bool check_values, TensorMap& produced) {
+        trace::TraceScope scope(check_values);
+        PrologueHooks hooks;
+        hooks.on_input = [&](const std::string& name, const at::Tensor& t) {
+            const scenario::PrologueTensor* declared = prologue.find_tensor(name);
+            scope.trace().label(
+                t, name,
+                declared && declared->parameter ? trace::Role::parameter : trace::Role::input);
+        };
+        hooks.on_parameter = [&](const std::string& name, const at::Tensor& t, bool buffer) {
+            scope.trace().label(t, name, buffer ? trace::Role::buffer : trace::Role::parameter);
+        };
+        hooks.on_site_source = [&](trace::Trace::SiteSource source) {
+            scope.trace().set_site_source(source);
+        };
+        hooks.on_assign = [&](const std::string& name, const at::Tensor& t) {
+            scope.trace().label(t, name);
+        };
+        // an unnamed operand is shown by the expression that made it, never by an op number; a
+        // name it already has (a view or no-op cast of a named tensor) stays
+        hooks.on_value = [&](const std::string& text, const at::Tensor& t) {
+            if (scope.trace().label_of(t).empty()) scope.trace().label(t, text);
+        };
+        produced = run_prologue(prologue, env, hooks, python);
+        return scope.stop();
     };
-    hooks.on_parameter = [&](const std::string& name, const at::Tensor& t, bool buffer) {
-        scope.trace().label(t, name, buffer ? trace::Role::buffer : trace::Role::parameter);
-    };
-    hooks.on_site_source = [&](trace::Trace::SiteSource source) {
-        scope.trace().set_site_source(source);
-    };
-    hooks.on_assign = [&](const std::string& name, const at::Tensor& t) {
-        scope.trace().label(t, name);
-    };
-    // an unnamed operand is shown by the expression that made it, never by an op number; a
-    // name it already has (a view or no-op cast of a named tensor) stays
-    hooks.on_value = [&](const std::string& text, const at::Tensor& t) {
-        if (scope.trace().label_of(t).empty()) scope.trace().label(t, text);
-    };
-    const TensorMap produced = run_prologue(prologue, std::move(env), hooks, python);
-    const trace::Trace trace = scope.stop();
+    TensorMap produced;
+    trace::Trace trace = traced_run(false, produced);
+    const bool nonfinite = std::any_of(specs.begin(), specs.end(), [&](const TensorSpec& spec) {
+        const at::Tensor& t = produced.at(spec.name);
+        return trace.producer_of(t) >= 0 && at::isFloatingType(t.scalar_type()) &&
+               !at::isfinite(at::sum(t, at::promote_types(t.scalar_type(), at::kFloat)))
+                    .item<bool>();
+    });
+    if (nonfinite) trace = traced_run(true, produced);
 
     for (const auto& f : merged(trace::find_promotions(trace, to_scalar_type(c.input_dtype))))
         audit.findings.push_back(to_report(f));

@@ -344,13 +344,28 @@ void Trace::record_tensor(RawTensor& raw, const at::Tensor& t) {
     // nested and symbolic-shape tensors throw on sizes(); they keep an empty shape
     const bool sized = !impl->is_nested() && !impl->has_symbolic_sizes_strides();
     raw.shape = intern_shape(sized ? impl->sizes() : c10::IntArrayRef());
-    if (check_values_ && sized && at::isFloatingType(raw.dtype) && t.numel() > 0 &&
-        t.has_storage()) {
+}
+
+void Trace::record_values(RawTensor& raw, const at::Tensor& t, bool produced) {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    if (impl->is_nested() || impl->has_symbolic_sizes_strides() || !at::isFloatingType(raw.dtype) ||
+        t.numel() == 0 || !t.has_storage())
+        return;
+    // a tensor is scanned when an op makes it or when it is first used, not at every use
+    Known& known = known_.remember(const_cast<c10::TensorImpl*>(impl));
+    if (produced || known.values < 0) {
         // the scan's own ops must not be traced
         at::DisableRecordFunctionGuard untraced;
-        raw.has_nan = at::isnan(t).any().item<bool>();
-        raw.has_inf = at::isinf(t).any().item<bool>();
+        // one sum shows most tensors finite; only a non-finite sum is looked at element-wise
+        const at::ScalarType wide = at::promote_types(raw.dtype, at::kFloat);
+        if (at::isfinite(at::sum(t, wide)).item<bool>())
+            known.values = 0;
+        else
+            known.values = static_cast<int8_t>(at::isnan(t).any().item<bool>() |
+                                               at::isinf(t).any().item<bool>() << 1);
     }
+    raw.has_nan = (known.values & 1) != 0;
+    raw.has_inf = (known.values & 2) != 0;
 }
 
 void Trace::on_start(const at::RecordFunction& fn) {
@@ -372,6 +387,7 @@ void Trace::on_start(const at::RecordFunction& fn) {
             raw.producer_output = known->producer_output;
             raw.label = known->label;
         }
+        if (check_values_) record_values(raw, t, /*produced=*/false);
         open_inputs_.push_back({t.unsafeGetTensorImpl(), storage_of(t)});
     });
     op.inputs_count = static_cast<uint32_t>(tensors_.size()) - op.inputs_begin;
@@ -416,6 +432,7 @@ void Trace::on_end(const at::RecordFunction& fn) {
         raw.producer = open.seq;
         raw.producer_output = slot;
         raw.label = known.label;
+        if (check_values_) record_values(raw, t, /*produced=*/true);
         ++slot;
     });
     op.outputs_count = static_cast<uint32_t>(slot);

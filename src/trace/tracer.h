@@ -153,6 +153,7 @@ class Trace {
         int64_t producer = -1;
         int32_t producer_output = 0;
         int32_t label = -1;
+        int8_t values = -1;  // check_values: has_nan | has_inf << 1 when last seen; -1: unseen
     };
     // The producer map: the tensors seen as outputs or labelled, by TensorImpl, in one
     // open-addressing table (linear probing, at most half full). It holds a weak reference
@@ -216,6 +217,7 @@ class Trace {
     void on_start(const at::RecordFunction& fn);
     void on_end(const at::RecordFunction& fn);
     void record_tensor(RawTensor& raw, const at::Tensor& t);
+    void record_values(RawTensor& raw, const at::Tensor& t, bool produced);
     bool check_values_ = false;
     SiteSource site_source_ = nullptr;
     uint32_t intern_name(const char* name);
@@ -249,8 +251,10 @@ class Trace {
 class TraceScope {
   public:
     /// With `check_values`, every floating tensor an op takes or returns is also scanned for
-    /// NaN and Inf (TensorInfo::has_nan, has_inf): a reduction per tensor, for short op chains
-    /// such as a prologue, where the first op to make a NaN is worth its cost.
+    /// NaN and Inf (TensorInfo::has_nan, has_inf): once when an op returns it or when it is
+    /// first used, by one sum that shows a finite tensor (element-wise tests only where the sum
+    /// is not finite); for short op chains such as a prologue, where the first op to make a NaN
+    /// is worth its cost. A write through a view of a tensor is not seen on the tensor itself.
     explicit TraceScope(bool check_values = false);
     ~TraceScope();
     TraceScope(const TraceScope&) = delete;

@@ -212,7 +212,8 @@ const BadFile kBadFiles[] = {
     {"UnsupportedTensorDtype", "unsupported_tensor_dtype.toml", 16, 30,
      "dtype 'tf32' is not supported in the prologue", "the prologue takes fp64, fp32, fp16, bf16"},
     {"MissingOps", "missing_ops.toml", 12, 1, "missing required key 'prologue.ops'",
-     "add ops = \"\"\" ... \"\"\" with one assignment per line"},
+     "add ops = \"\"\" ... \"\"\" with one assignment per line, or python = "
+     "\"file.py:function\""},
     {"MatrixOps", "matrix_ops.toml", 16, 1, "'prologue.ops' cannot be varied in [matrix]",
      "[matrix] varies: layout, seed, initial_state, chunk_size, scale, cu_seqlens, "
      "dtypes.inputs, dtypes.gates, dtypes.state, dtypes.output, shape.B, shape.T, shape.H, "
