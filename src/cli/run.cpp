@@ -169,6 +169,13 @@ std::pair<std::set<std::string>, std::vector<std::string>> failed_records(const 
     return {ids, files};
 }
 
+// A case's estimated work: its estimated size times its stages (its reference and each record),
+// what --shard balances and the ETA weighs.
+double estimated_work(const Planned& p) {
+    return static_cast<double>(scenario::estimate_case_bytes(p.c)) *
+           static_cast<double>(p.records.size() + 1);
+}
+
 // The run's `selection` attribute: its scenario texts, every selected record id and the
 // options that change what a record says, so that shards of one run share it and no other run's
 // does.
@@ -415,9 +422,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     info.selection = selection_of(selected, info, run_options);
     if (!shard.whole()) {
         std::vector<ShardItem> items;
-        for (const auto& p : selected)
-            items.push_back({p.c.id, static_cast<double>(scenario::estimate_case_bytes(p.c)) *
-                                         static_cast<double>(p.records.size())});
+        for (const auto& p : selected) items.push_back({p.c.id, estimated_work(p)});
         std::vector<Planned> mine;
         for (const size_t i : shard_positions(items, shard)) mine.push_back(std::move(selected[i]));
         selected = std::move(mine);
@@ -478,13 +483,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                                  libraries, provider_modules, dump_dir);
         std::filesystem::create_directories(isolation.scratch_dir);
     }
-    // the ETA weighs each case by its estimated size, shared among its reference and records
-    const auto cost_of = [](const Planned& p) {
-        return static_cast<double>(scenario::estimate_case_bytes(p.c)) *
-               static_cast<double>(p.records.size() + 1);
-    };
     double total_cost = 0;
-    for (const Planned* p : todo) total_cost += cost_of(*p);
+    for (const Planned* p : todo) total_cost += estimated_work(*p);
     Progress progress(std::cerr, !quiet, verbose ? 0.0 : kProgressAfterSeconds, runs, total_cost);
     run_options.on_stage = [&](const std::string& stage) { progress.stage(stage); };
     size_t done = 0;
@@ -492,7 +492,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     for (const Planned* p : todo) {
         std::string errored;  // a record of the case that ended in an error
         bool failed = false;
-        progress.start_case(p->c.id, cost_of(*p), p->records.size() + 1);
+        progress.start_case(p->c.id, estimated_work(*p), p->records.size() + 1);
         const auto sink = [&](report::CaseRecord r) {
             if (kept.count(r.id) || !wanted.count(r.id)) return;
             if (r.verdict == "error") errored = r.id;

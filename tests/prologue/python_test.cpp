@@ -184,5 +184,29 @@ TEST(PythonPrologue, ATupleIsTheFunctionsTensorParametersInOrder) {
     EXPECT_FALSE(any_finding(r, "BOUNDARY_MISMATCH", "q"));
 }
 
+TEST(PythonPrologue, ACapturesTensorsAreItsInputs) {
+    // the seeds' capture holds q and k in fp32, v in bf16; the function fails on any other
+    write(scratch("replayed.py"),
+          "import torch\n"
+          "def prologue(q, k, v):\n"
+          "    assert (q.dtype, k.dtype, v.dtype) == (torch.float32, torch.float32, "
+          "torch.bfloat16), (q.dtype, k.dtype, v.dtype)\n"
+          "    return {'q': q.bfloat16(), 'k': k.bfloat16()}\n");
+    const fs::path toml = scratch("replayed.toml");
+    write(toml,
+          std::string("name = \"replayed\"\ndescription = \"a capture through Python\"\n") +
+              "family = \"simple_gla\"\nvariants = [\"chunk\"]\n[options]\ngate = \"none\"\n" +
+              "[dtypes]\ninputs = \"bf16\"\n[inputs]\nfrom = \"" + LAV_SOURCE_DIR +
+              "/scenarios/seeds/xtransformers_capture.pt\"\n[prologue]\npython = "
+              "\"replayed.py:prologue\"\n");
+    const fs::path log = scratch("replayed.log");
+    EXPECT_EQ(lav("run " + toml.string() + " --out " + scratch("replayed.h5").string(), log), 0)
+        << read(log);
+    const report::Report r = report::read_report(scratch("replayed.h5").string());
+    ASSERT_EQ(r.cases.size(), 1u);
+    EXPECT_EQ(r.cases[0].verdict, "pass") << r.cases[0].message;
+    EXPECT_FALSE(any_finding(r, "BOUNDARY_MISMATCH", "q"));
+}
+
 }  // namespace
 }  // namespace lav
