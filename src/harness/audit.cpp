@@ -228,7 +228,9 @@ CaseTensors run_prologue_audited(const scenario::Case& c, const std::vector<Tens
         audit.findings.push_back(to_report(f));
     for (const auto& row : trace::trace_table(trace))
         audit.trace.push_back(
-            {row.seq, row.op, row.depth, row.autocast != 0, row.inputs, row.outputs, "traced", ""});
+            // a Python prologue's op says where the user's code called it
+            {row.seq, row.site.empty() ? row.op : row.op + " at " + row.site, row.depth,
+             row.autocast != 0, row.inputs, row.outputs, "traced", ""});
 
     if (declared_offsets.defined())
         check_cu_seqlens(c, declared_offsets, produced.at("cu_seqlens").cpu(), trace, audit);

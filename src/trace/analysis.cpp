@@ -389,6 +389,7 @@ std::vector<TraceRow> trace_table(const Trace& trace) {
         TraceRow& row = rows.emplace_back();
         row.seq = op.seq;
         row.op = op.op;
+        row.site = op.site;
         row.depth = op.depth;
         row.autocast = op.autocast ? 1 : 0;
         for (const TensorInfo& in : op.inputs) {

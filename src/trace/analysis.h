@@ -90,6 +90,7 @@ std::vector<int64_t> ops_outside_dtype(const Trace& trace, c10::ScalarType only)
 struct TraceRow {
     int64_t seq = 0;
     std::string op;       ///< "aten::addcmul"
+    std::string site;     ///< where the traced code called it ("rwkv7.py:117"), "" when unknown
     int depth = 0;        ///< 0 for ops the traced code called
     int autocast = 0;     ///< 1 when autocast was on for the op's device
     std::string inputs;   ///< "; "-joined, e.g. "bf16[2,64,4,16] <- #3 (k)" or "fp32[4] (k_a)"

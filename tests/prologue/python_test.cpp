@@ -91,7 +91,13 @@ TEST(PythonPrologue, Rwkv7ParameterIsNamedWithItsLine) {
     EXPECT_EQ(b.history, p.history);
     EXPECT_FALSE(any_finding(r, "BOUNDARY_MISMATCH", "q"));
     EXPECT_FALSE(any_finding(r, "BOUNDARY_MISMATCH", "v"));
-    for (const auto& c : r.cases) EXPECT_EQ(c.verdict, "warn") << c.id << ": " << c.message;
+    for (const auto& c : r.cases) {
+        EXPECT_EQ(c.verdict, "warn") << c.id << ": " << c.message;
+        // the report's trace says where each op the user's code called was called
+        bool traced = false;
+        for (const auto& row : c.trace) traced = traced || row.op == "aten::addcmul at " + at;
+        EXPECT_TRUE(traced) << c.id;
+    }
 }
 
 TEST(PythonPrologue, VarScaleParameterUnderBothAutocastModes) {
