@@ -208,6 +208,26 @@ kernel(*(torch.randn(1, 8, 2, 4) for _ in range(3)))
     EXPECT_TRUE(named) << records[0].message;
 }
 
+TEST(Capture, AroundTheUsersCodeTheFirstCallIsSaved) {
+    // a module's kernel, called by the model's code inside the block: its first call is saved,
+    // the attribute is itself again afterwards
+    python(R"(
+import types
+ops = types.SimpleNamespace(kernel=lambda q, k, v, head_first=False: v)
+def model(n):
+    return [ops.kernel(*(torch.full((1, 8, 2, 4), float(i)) for _ in range(3))) for i in range(n)]
+original = ops.kernel
+with capture(dir + 'around.pt', ops, 'kernel'):
+    model(3)
+assert ops.kernel is original
+)");
+    const auto cases = load(scenario("around", "around.pt", kNoGate), registry());
+    ASSERT_EQ(cases.size(), 1u);
+    ASSERT_TRUE(cases[0].capture);
+    EXPECT_EQ(cases[0].capture->tensors.at("q").sum().item<double>(), 0.0);  // the first call's
+    EXPECT_EQ(cases[0].T, 8);
+}
+
 TEST(Capture, TheRotarySeedsCaptureShowsWhatReachedTheKernel) {
     // scenarios/seeds/make_capture.py wrote it: q and k fp32 after rotary, v bf16
     const auto cases =
