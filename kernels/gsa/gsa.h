@@ -6,11 +6,13 @@
 //   Hv_t = diag(exp(g_t)) · Hv_{t-1} + s_t v_tᵀ,   o_t = Hv_tᵀ p_t                    value pass
 // Both layouts are read through strides: q, k are [B, T, H, K] (head_last) or [B, H, T, K]
 // (head_first), v is [.., V], s and g are [.., M]. Varlen batches pass cu_seqlens with B == 1.
-// Both states, their initial values, final values and gradients are stored in the one
-// state_dtype: "states in fp32" is state_dtype = fp32 for Hk and Hv alike.
+// Both states, their initial values, final values and gradients are stored in state_dtype
+// ("states in fp32" is state_dtype = fp32 for Hk and Hv alike), unless hk_dtype or hv_dtype
+// gives one of them its own (a scenario's state = { hk = "fp32", hv = "bf16" }).
 //
 //   GsaArgs args{q, k, v, s, g};          // bf16 inputs, fp32 gate
 //   args.state_dtype = at::kFloat;
+//   args.hv_dtype = at::kBFloat16;        // Hv stored in bf16, Hk in fp32
 //   GsaFwd out = gsa_chunk_fwd_cpu(args);
 #pragma once
 
@@ -36,21 +38,31 @@ struct GsaArgs {
     Layout layout = Layout::head_last;
     double scale = 0.0;                                         // 0: K^-0.5
     c10::ScalarType state_dtype = c10::ScalarType::Float;       // both states: chunk, final, grads
+    c10::ScalarType hk_dtype = c10::ScalarType::Undefined;      // Hk's own; Undefined: state_dtype
+    c10::ScalarType hv_dtype = c10::ScalarType::Undefined;      // Hv's own; Undefined: state_dtype
     c10::ScalarType output_dtype = c10::ScalarType::Undefined;  // o; Undefined: q's dtype
     int64_t chunk_size = 64;
+
+    c10::ScalarType hk_state() const { return own_or_state(hk_dtype); }
+    c10::ScalarType hv_state() const { return own_or_state(hv_dtype); }
+
+  private:
+    c10::ScalarType own_or_state(c10::ScalarType own) const {
+        return own == c10::ScalarType::Undefined ? state_dtype : own;
+    }
 };
 
 struct GsaFwd {
     at::Tensor o;    // layout of v; output dtype
-    at::Tensor hkt;  // [N, H, K, M]; state dtype
-    at::Tensor hvt;  // [N, H, M, V]; state dtype
+    at::Tensor hkt;  // [N, H, K, M]; Hk's state dtype
+    at::Tensor hvt;  // [N, H, M, V]; Hv's state dtype
 };
 
 struct GsaGrads {
     at::Tensor dq, dk, dv, ds;  // like q, k, v, s (layout and dtype)
     at::Tensor dg;              // like g (layout and dtype)
-    at::Tensor dhk0;            // like hk0 but in the state dtype; undefined without hk0
-    at::Tensor dhv0;            // like hv0 but in the state dtype; undefined without hv0
+    at::Tensor dhk0;            // like hk0 but in Hk's state dtype; undefined without hk0
+    at::Tensor dhv0;            // like hv0 but in Hv's state dtype; undefined without hv0
 };
 
 GsaFwd gsa_chunk_fwd_cpu(const GsaArgs& args);

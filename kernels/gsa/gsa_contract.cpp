@@ -27,7 +27,8 @@ PrecisionContract gsa_contract(std::string_view variant, bool backward, const Gs
               "gsa's contract needs q and g to name the input and gate dtypes");
     const DType in = lav_dtype(args.q.scalar_type());
     const DType gate = lav_dtype(args.g.scalar_type());
-    const DType state = lav_dtype(args.state_dtype);
+    const DType state_k = lav_dtype(args.hk_state());
+    const DType state_v = lav_dtype(args.hv_state());
     const DType out =
         args.output_dtype == c10::ScalarType::Undefined ? in : lav_dtype(args.output_dtype);
     const DType fp32 = DType::fp32;
@@ -40,15 +41,19 @@ PrecisionContract gsa_contract(std::string_view variant, bool backward, const Gs
 
     add("q, k, v, s", in, "inputs, widened to fp32 on load");
     add("g", gate, "log forget gate per slot, shared by both states, widened to fp32");
-    add("hk0, hv0", state,
-        "initial states (zeros when absent), widened to fp32 on load; FLA passes fp32, lav "
-        "takes the case's state dtype for both");
+    const char* initial =
+        "initial state (zeros when absent), widened to fp32 on load; FLA passes fp32, lav takes "
+        "the case's state dtype";
+    add("hk0", state_k, initial);
+    add("hv0", state_v, initial);
     add("accumulator", fp32, "every matmul, reduction, exp and the softmax");
     if (chunk) {
         add("gate cumsum", fp32, "chunk-local inclusive cumsum G per slot, restarted per chunk");
-        add("chunk states hk, hv", state,
+        const char* stored =
             backward ? "recomputed exactly as the forward stores them; read by the gradients"
-                     : "both states entering each chunk, stored; the two passes read them");
+                     : "the state entering each chunk, stored; the two passes read it";
+        add("chunk states hk", state_k, stored);
+        add("chunk states hv", state_v, stored);
         add("carried states", fp32, "both states carried from chunk to chunk, rounded when stored");
         add("scaled q", in, "scale·q rounded before q·k and q·hk (as FLA's chunk_gsa_fwd_k)");
         add("key-pass scores", in, "scale·q kᵀ, lower triangle, stored (FLA's A of the key pass)");
@@ -61,8 +66,10 @@ PrecisionContract gsa_contract(std::string_view variant, bool backward, const Gs
         if (backward) {
             add("intra-chunk products", fp32,
                 "the backward keeps the value-pass scores, dA and the decayed s in fp32");
-            add("chunk state grads dhk, dhv", state,
-                "gradients of each chunk's end states, stored; the carried ones stay fp32");
+            const char* grads =
+                "gradients of each chunk's end state, stored; the carried ones stay fp32";
+            add("chunk state grads dhk", state_k, grads);
+            add("chunk state grads dhv", state_v, grads);
             add("slot score grad dok", in,
                 "p ⊙ (dqv − ⟨p, dqv⟩) rounded to ok's dtype (as FLA's softmax_bwd)");
         } else {
@@ -79,8 +86,8 @@ PrecisionContract gsa_contract(std::string_view variant, bool backward, const Gs
         add("slot probabilities p", fp32, "softmax in fp32, fed to the value pass unrounded");
     }
     add("o", out, backward ? "d_o is read in this dtype" : "rounded once from fp32");
-    add("hkt", state, backward ? "dhkt is read in this dtype" : "rounded once from fp32");
-    add("hvt", state, backward ? "dhvt is read in this dtype" : "rounded once from fp32");
+    add("hkt", state_k, backward ? "dhkt is read in this dtype" : "rounded once from fp32");
+    add("hvt", state_v, backward ? "dhvt is read in this dtype" : "rounded once from fp32");
     if (!backward) return c;
 
     add("dq", in, "accumulated in fp32, rounded once");
@@ -90,8 +97,10 @@ PrecisionContract gsa_contract(std::string_view variant, bool backward, const Gs
     add("dg", gate,
         chunk ? "reverse cumsum of both passes' dG per slot in fp32, rounded once"
               : "both passes' exp(g_t)-weighted state products in fp32, rounded once");
-    if (args.hk0.defined()) add("dhk0", state, "the fp32 dHk at the sequence start, rounded once");
-    if (args.hv0.defined()) add("dhv0", state, "the fp32 dHv at the sequence start, rounded once");
+    if (args.hk0.defined())
+        add("dhk0", state_k, "the fp32 dHk at the sequence start, rounded once");
+    if (args.hv0.defined())
+        add("dhv0", state_v, "the fp32 dHv at the sequence start, rounded once");
     return c;
 }
 

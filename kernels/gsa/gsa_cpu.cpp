@@ -40,7 +40,8 @@ struct Problem {
     int64_t chunk = 0;
     float scale = 0.0f;
     c10::ScalarType in = c10::ScalarType::Float;
-    c10::ScalarType state = c10::ScalarType::Float;
+    c10::ScalarType state_k = c10::ScalarType::Float;  // Hk: chunk, final, gradient
+    c10::ScalarType state_v = c10::ScalarType::Float;  // Hv: chunk, final, gradient
     c10::ScalarType out = c10::ScalarType::Float;
 };
 
@@ -97,7 +98,8 @@ Problem make_problem(const GsaArgs& a, bool chunked) {
     if (a.hv0.defined()) check_sizes(a.hv0, "hv0", {p.N, p.H, p.M, p.V});
     p.hk0 = a.hk0;
     p.hv0 = a.hv0;
-    p.state = cpu::checked_state_dtype(kFamily, a.state_dtype);
+    p.state_k = cpu::checked_state_dtype(kFamily, a.hk_state());
+    p.state_v = cpu::checked_state_dtype(kFamily, a.hv_state());
     p.out = cpu::checked_output_dtype(kFamily, a.output_dtype, p.in);
     if (chunked) p.chunk = cpu::checked_chunk_size(kFamily, a.chunk_size);
     p.scale = cpu::checked_scale(kFamily, a.scale, p.K);
@@ -143,8 +145,8 @@ GradBuffers grad_buffers(const Problem& p, const GsaArgs& a) {
     b.grads.dv = poisoned(a.v.sizes(), p.in);
     b.grads.ds = poisoned(a.s.sizes(), p.in);
     b.grads.dg = poisoned(a.g.sizes(), a.g.scalar_type());
-    if (p.hk0.defined()) b.grads.dhk0 = poisoned({p.N, p.H, p.K, p.M}, p.state);
-    if (p.hv0.defined()) b.grads.dhv0 = poisoned({p.N, p.H, p.M, p.V}, p.state);
+    if (p.hk0.defined()) b.grads.dhk0 = poisoned({p.N, p.H, p.K, p.M}, p.state_k);
+    if (p.hv0.defined()) b.grads.dhv0 = poisoned({p.N, p.H, p.M, p.V}, p.state_v);
     b.dq = to_head_last(b.grads.dq, a.layout);  // [B, T, H, K]
     b.dk = to_head_last(b.grads.dk, a.layout);  // [B, T, H, K]
     b.dv = to_head_last(b.grads.dv, a.layout);  // [B, T, H, V]
@@ -247,8 +249,8 @@ GsaFwd gsa_chunk_fwd_cpu(const GsaArgs& args) {
     const Problem p = make_problem(args, /*chunked=*/true);
     GsaFwd out;
     out.o = poisoned(args.v.sizes(), p.out);
-    out.hkt = poisoned({p.N, p.H, p.K, p.M}, p.state);
-    out.hvt = poisoned({p.N, p.H, p.M, p.V}, p.state);
+    out.hkt = poisoned({p.N, p.H, p.K, p.M}, p.state_k);
+    out.hvt = poisoned({p.N, p.H, p.M, p.V}, p.state_v);
     const at::Tensor o_hl = to_head_last(out.o, args.layout);  // [B, T, H, V]
     cpu::for_each_lane(p.seqs, p.H, [&](const Sequence& seq, int64_t head) {
         // the carried states stay fp32; only their stored copies are rounded
@@ -257,8 +259,8 @@ GsaFwd gsa_chunk_fwd_cpu(const GsaArgs& args) {
         for (const auto& [c0, c1] : chunks_of(seq, p.chunk)) {
             const Chunk c = load_chunk(p, seq.batch, head, c0, c1);
             // the stored chunk states (FLA's h of each pass) are what the outputs read
-            const at::Tensor hk = round_to(Hk, p.state);  // [K, M]
-            const at::Tensor hv = round_to(Hv, p.state);  // [M, V]
+            const at::Tensor hk = round_to(Hk, p.state_k);  // [K, M]
+            const at::Tensor hv = round_to(Hv, p.state_v);  // [M, V]
             const KeyPass kp = key_pass(p, c, hk);
             // value pass, as a gla chunk with key dimension M and scale 1: the decayed query and
             // the scores are rounded to the input dtype before their products (FLA's chunk_gla)
@@ -289,8 +291,8 @@ GsaGrads gsa_chunk_bwd_cpu(const GsaArgs& args, const at::Tensor& d_o, const at:
             at::Tensor Hk = start_state(p.hk0, seq.index, head, p.K, p.M);  // [K, M]
             at::Tensor Hv = start_state(p.hv0, seq.index, head, p.M, p.V);  // [M, V]
             for (size_t i = 0; i < chunks.size(); ++i) {
-                hk_stored[i] = Hk.to(p.state);
-                hv_stored[i] = Hv.to(p.state);
+                hk_stored[i] = Hk.to(p.state_k);
+                hv_stored[i] = Hv.to(p.state_v);
                 advance(Hk, Hv, load_chunk(p, b, head, chunks[i].first, chunks[i].second), p.in);
             }
         }
@@ -305,8 +307,8 @@ GsaGrads gsa_chunk_bwd_cpu(const GsaArgs& args, const at::Tensor& d_o, const at:
             const at::Tensor d_out = widen(rows_of(do_hl, b, head, c0, c1));  // [L, V]
             const at::Tensor hk = hk_stored[i].to(at::kFloat);                // [K, M]
             const at::Tensor hv = hv_stored[i].to(at::kFloat);                // [M, V]
-            const at::Tensor dhk = round_to(dHk, p.state);                    // [K, M]
-            const at::Tensor dhv = round_to(dHv, p.state);                    // [M, V]
+            const at::Tensor dhk = round_to(dHk, p.state_k);                  // [K, M]
+            const at::Tensor dhv = round_to(dHv, p.state_v);                  // [M, V]
             const KeyPass kp = key_pass(p, c, hk);
             const at::Tensor s_decayed = c.s * c.to_end;  // [L, M]
 
@@ -433,8 +435,8 @@ GsaFwd gsa_recurrent_fwd_cpu(const GsaArgs& args) {
     const Problem p = make_problem(args, /*chunked=*/false);
     GsaFwd out;
     out.o = poisoned(args.v.sizes(), p.out);
-    out.hkt = poisoned({p.N, p.H, p.K, p.M}, p.state);
-    out.hvt = poisoned({p.N, p.H, p.M, p.V}, p.state);
+    out.hkt = poisoned({p.N, p.H, p.K, p.M}, p.state_k);
+    out.hvt = poisoned({p.N, p.H, p.M, p.V}, p.state_v);
     const at::Tensor o_hl = to_head_last(out.o, args.layout);  // [B, T, H, V]
     cpu::for_each_lane(p.seqs, p.H, [&](const Sequence& seq, int64_t head) {
         const Lane lane = load_lane(p, seq, head);

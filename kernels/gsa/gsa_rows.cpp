@@ -8,6 +8,8 @@ GsaArgs gsa_args(const Call& call) {
     GsaArgs a;
     LAV_TENSORS_FROM(a, call, q, k, v, s, g, hk0, hv0);
     set_common_args(a, call);
+    a.hk_dtype = call.state_dtype_of("hk");
+    a.hv_dtype = call.state_dtype_of("hv");
     return a;
 }
 

@@ -37,14 +37,24 @@ struct MesaNetArgs {
     bool use_qk_l2norm_in_kernel = false;
     int64_t max_cg_iterations = 0;  // 0: K (FLA's tests use the head dim; its default is 30)
     c10::ScalarType state_dtype = c10::ScalarType::Float;       // chunk and final states, dh0s
+    c10::ScalarType kk_dtype = c10::ScalarType::Undefined;      // Hkk's own; Undefined: state_dtype
+    c10::ScalarType kv_dtype = c10::ScalarType::Undefined;      // Hkv's own; Undefined: state_dtype
     c10::ScalarType output_dtype = c10::ScalarType::Undefined;  // o; Undefined: q's dtype
     int64_t chunk_size = 64;
+
+    c10::ScalarType kk_state() const { return own_or_state(kk_dtype); }
+    c10::ScalarType kv_state() const { return own_or_state(kv_dtype); }
+
+  private:
+    c10::ScalarType own_or_state(c10::ScalarType own) const {
+        return own == c10::ScalarType::Undefined ? state_dtype : own;
+    }
 };
 
 struct MesaNetFwd {
     at::Tensor o;      // layout of v; output dtype
-    at::Tensor ht_kk;  // [N, H, K, K]; state dtype
-    at::Tensor ht_kv;  // [N, H, K, V]; state dtype
+    at::Tensor ht_kk;  // [N, H, K, K]; Hkk's state dtype
+    at::Tensor ht_kv;  // [N, H, K, V]; Hkv's state dtype
 };
 
 /// Gradients w.r.t. the tensors as passed (raw q, k with the in-kernel norm).
@@ -52,7 +62,7 @@ struct MesaNetGrads {
     at::Tensor dq, dk, dv;      // like q, k, v
     at::Tensor dg, dbeta;       // like g and beta
     at::Tensor dlamb;           // like lamb
-    at::Tensor dh_kk0, dh_kv0;  // in the state dtype; undefined without h_kk0 / h_kv0
+    at::Tensor dh_kk0, dh_kv0;  // in Hkk's, Hkv's state dtype; undefined without h_kk0 / h_kv0
 };
 
 MesaNetFwd mesa_net_chunk_fwd_cpu(const MesaNetArgs& args);

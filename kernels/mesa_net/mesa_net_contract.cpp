@@ -24,7 +24,8 @@ PrecisionContract mesa_net_contract(std::string_view variant, bool backward, con
     LAV_CHECK(a.q.defined() && a.g.defined() && a.beta.defined() && a.lamb.defined(),
               "mesa_net's contract needs q, g, beta and lamb to name the input dtypes");
     const DType in = lav_dtype(a.q.scalar_type());
-    const DType state = lav_dtype(a.state_dtype);
+    const DType state_kk = lav_dtype(a.kk_state());
+    const DType state_kv = lav_dtype(a.kv_state());
     const DType out = a.output_dtype == c10::ScalarType::Undefined ? in : lav_dtype(a.output_dtype);
     const DType fp32 = DType::fp32;
     PrecisionContract c;
@@ -36,7 +37,9 @@ PrecisionContract mesa_net_contract(std::string_view variant, bool backward, con
     add("g", lav_dtype(a.g.scalar_type()), "per-step log decay, widened to fp32");
     add("beta", lav_dtype(a.beta.scalar_type()), "per-step beta, widened to fp32");
     add("lamb", lav_dtype(a.lamb.scalar_type()), "per-head ridge, widened to fp32");
-    add("h_kk0, h_kv0", state, "initial states (zeros when absent), widened to fp32 on load");
+    const char* initial = "initial state (zeros when absent), widened to fp32 on load";
+    add("h_kk0", state_kk, initial);
+    add("h_kv0", state_kv, initial);
     add("accumulator", fp32, "every matmul, reduction, exp and conjugate-gradient step");
     if (a.use_qk_l2norm_in_kernel)
         add("normalised q, k", chunk ? in : fp32,
@@ -44,9 +47,11 @@ PrecisionContract mesa_net_contract(std::string_view variant, bool backward, con
     add("x (q_star)", fp32, "the conjugate-gradient solution, kept in fp32");
     if (chunk) {
         add("gate cumsum", fp32, "chunk-local inclusive cumsum G of the log decay");
-        add("chunk states h_kk, h_kv", state,
-            "states entering each chunk, stored; read by the "
-            "solve, the output and the gradients");
+        const char* stored =
+            "the state entering each chunk, stored; read by the solve, the output and the "
+            "gradients";
+        add("chunk states h_kk", state_kk, stored);
+        add("chunk states h_kv", state_kv, stored);
         add("carried states", fp32, "carried from chunk to chunk, rounded only when stored");
         add("intra-chunk scores", fp32, "decayed x k^T and d_o v^T kept in fp32");
     } else {
@@ -54,8 +59,8 @@ PrecisionContract mesa_net_contract(std::string_view variant, bool backward, con
             backward ? "fp32 throughout; recomputed step by step" : "fp32 for the whole sequence");
     }
     add("o", out, backward ? "d_o is read in this dtype" : "rounded once from fp32");
-    add("ht_kk", state, backward ? "dht_kk is read in this dtype" : "rounded once from fp32");
-    add("ht_kv", state, backward ? "dht_kv is read in this dtype" : "rounded once from fp32");
+    add("ht_kk", state_kk, backward ? "dht_kk is read in this dtype" : "rounded once from fp32");
+    add("ht_kv", state_kv, backward ? "dht_kv is read in this dtype" : "rounded once from fp32");
     if (!backward) return c;
     add("y", fp32, "A^-T (Hkv d_o) by the same conjugate gradient, kept in fp32");
     add("dq", in, "y through the norm, rounded once");
@@ -66,8 +71,8 @@ PrecisionContract mesa_net_contract(std::string_view variant, bool backward, con
               : "per step in fp32, rounded once");
     add("dbeta", lav_dtype(a.beta.scalar_type()), "accumulated in fp32, rounded once");
     add("dlamb", lav_dtype(a.lamb.scalar_type()), "-sum y x over steps in fp32, rounded once");
-    if (a.h_kk0.defined()) add("dh_kk0", state, "the fp32 gradient at the start, rounded once");
-    if (a.h_kv0.defined()) add("dh_kv0", state, "the fp32 gradient at the start, rounded once");
+    if (a.h_kk0.defined()) add("dh_kk0", state_kk, "the fp32 gradient at the start, rounded once");
+    if (a.h_kv0.defined()) add("dh_kv0", state_kv, "the fp32 gradient at the start, rounded once");
     return c;
 }
 

@@ -47,7 +47,8 @@ struct Problem {
     int64_t B = 0, T = 0, H = 0, K = 0, V = 0, N = 0, block = 1, iters = 0;
     bool l2norm = false, chunked = false;
     Layout layout = Layout::head_last;
-    c10::ScalarType in = at::kFloat, state = at::kFloat, out = at::kFloat;
+    c10::ScalarType in = at::kFloat, out = at::kFloat;
+    c10::ScalarType state_kk = at::kFloat, state_kv = at::kFloat;  // Hkk's and Hkv's
 };
 
 Problem make_problem(const MesaNetArgs& a, bool chunked) {
@@ -99,7 +100,8 @@ Problem make_problem(const MesaNetArgs& a, bool chunked) {
         cpu::check_shape(kFamily, a.h_kv0, "h_kv0", "[N, H, K, V]", {p.N, p.H, p.K, p.V});
         p.h_kv0 = a.h_kv0;
     }
-    p.state = cpu::checked_state_dtype(kFamily, a.state_dtype);
+    p.state_kk = cpu::checked_state_dtype(kFamily, a.kk_state());
+    p.state_kv = cpu::checked_state_dtype(kFamily, a.kv_state());
     p.out = cpu::checked_output_dtype(kFamily, a.output_dtype, p.in);
     LAV_CHECK(a.max_cg_iterations >= 0, "mesa_net cpu: max_cg_iterations must be >= 0");
     p.iters = a.max_cg_iterations == 0 ? p.K : a.max_cg_iterations;
@@ -201,10 +203,10 @@ void advance(const Block& blk, at::Tensor& kk, at::Tensor& kv) {
     kv = at::baddbmm(kv * blk.last, kd, blk.v);
 }
 
-/// The block states as the solve and output passes read them: rounded to the state dtype by
-/// the chunk variant (its stored chunk states), as they are by the recurrent one.
-at::Tensor stored(const Problem& p, const at::Tensor& S) {
-    return p.chunked ? round_to(S, p.state) : S;
+/// A block state as the solve and output passes read it: rounded to its state dtype `dtype` by
+/// the chunk variant (its stored chunk states), fp32 as it is in the recurrent one.
+at::Tensor stored(const Problem& p, const at::Tensor& S, c10::ScalarType dtype) {
+    return p.chunked ? round_to(S, dtype) : S;
 }
 
 std::vector<std::pair<int64_t, int64_t>> blocks_of(const Problem& p, const Sequence& s) {
@@ -249,15 +251,15 @@ MesaNetFwd forward(const MesaNetArgs& args, bool chunked) {
     const Problem p = make_problem(args, chunked);
     MesaNetFwd out;
     const at::Tensor o_hl = poisoned_hl({p.B, p.T, p.H, p.V}, p.layout, p.out, out.o);
-    out.ht_kk = poisoned({p.N, p.H, p.K, p.K}, p.state);
-    out.ht_kv = poisoned({p.N, p.H, p.K, p.V}, p.state);
+    out.ht_kk = poisoned({p.N, p.H, p.K, p.K}, p.state_kk);
+    out.ht_kv = poisoned({p.N, p.H, p.K, p.V}, p.state_kv);
     cpu::for_each_lane(p.seqs, 1, [&](const Sequence& s, int64_t) {
         // the carried states stay fp32; only their stored copies are rounded
         at::Tensor kk = start_state(p.h_kk0, s.index, {p.H, p.K, p.K});  // [H, K, K]
         at::Tensor kv = start_state(p.h_kv0, s.index, {p.H, p.K, p.V});  // [H, K, V]
         for (const auto& [c0, c1] : blocks_of(p, s)) {
             const Block blk = load_block(p, s.batch, c0, c1);
-            const at::Tensor hkk = stored(p, kk), hkv = stored(p, kv);
+            const at::Tensor hkk = stored(p, kk, p.state_kk), hkv = stored(p, kv, p.state_kv);
             // advance first: the output at step i reads the states after it
             const at::Tensor x = conjugate_gradient(p, blk, hkk, blk.q, false);  // [H, L, K]
             at::Tensor o = at::bmm(x, hkv).mul_(blk.decay.unsqueeze(2));         // [H, L, V]
@@ -289,8 +291,8 @@ MesaNetGrads backward(const MesaNetArgs& args, const at::Tensor& d_o, const at::
     const at::Tensor dg_hl = poisoned_hl({p.B, p.T, p.H}, p.layout, args.g.scalar_type(), grads.dg);
     const at::Tensor db_hl =
         poisoned_hl({p.B, p.T, p.H}, p.layout, args.beta.scalar_type(), grads.dbeta);
-    if (p.h_kk0.defined()) grads.dh_kk0 = poisoned({p.N, p.H, p.K, p.K}, p.state);
-    if (p.h_kv0.defined()) grads.dh_kv0 = poisoned({p.N, p.H, p.K, p.V}, p.state);
+    if (p.h_kk0.defined()) grads.dh_kk0 = poisoned({p.N, p.H, p.K, p.K}, p.state_kk);
+    if (p.h_kv0.defined()) grads.dh_kv0 = poisoned({p.N, p.H, p.K, p.V}, p.state_kv);
     // per-sequence parts of dλ, summed in sequence order at the end (schedule-independent)
     at::Tensor dlamb_parts = at::zeros({p.N, p.H, p.K}, at::kFloat);
 
@@ -323,8 +325,8 @@ MesaNetGrads backward(const MesaNetArgs& args, const at::Tensor& d_o, const at::
             kk = ck_kk[seg];
             kv = ck_kv[seg];
             for (int64_t c = b0; c < b1; ++c) {
-                h_kk.push_back(stored(p, kk));
-                h_kv.push_back(stored(p, kv));
+                h_kk.push_back(stored(p, kk, p.state_kk));
+                h_kv.push_back(stored(p, kv, p.state_kv));
                 advance(load_block(p, s.batch, blocks[c].first, blocks[c].second), kk, kv);
                 end_kk.push_back(kk);
                 end_kv.push_back(kv);

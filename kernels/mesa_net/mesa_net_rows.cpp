@@ -12,6 +12,8 @@ MesaNetArgs mesa_net_args(const Call& call) {
     const std::string& steps = call.option("max_cg_iterations");
     a.max_cg_iterations = steps == "K" ? call.dim("K") : std::stoll(steps);
     set_common_args(a, call);
+    a.kk_dtype = call.state_dtype_of("kk");
+    a.kv_dtype = call.state_dtype_of("kv");
     return a;
 }
 

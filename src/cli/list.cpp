@@ -91,6 +91,8 @@ void print_text(const harness::Registry& registry) {
         for (const auto& [name, values] : f.options)
             std::cout << "  option " << name << ": " << join(values) << " (default "
                       << values.front() << ")\n";
+        for (const auto& [component, tensors] : f.state_components)
+            std::cout << "  state " << component << ": " << join(tensors) << "\n";
     }
 }
 

@@ -27,6 +27,7 @@
 #include "harness/backend.h"
 #include "harness/runner.h"
 #include "providers/op_library.h"
+#include "providers/provider.h"
 #include "providers/python.h"
 #include "report/console.h"
 #include "report/intermediates.h"
@@ -207,6 +208,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string backend;
     std::vector<std::string> libraries;
     std::vector<std::string> provider_modules;
+    std::string triton_cache;
     std::string junit;
     std::string dump_dir;
     std::string fail_on;
@@ -258,6 +260,9 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "provider", po::value(&provider_modules)->composing()->value_name("MODULE|F.py"),
         "import the Python provider MODULE or FILE.py (repeatable); its functions "
         "<variant>_<family> become rows of the backend it names (e.g. lav.providers.fla)")(
+        "triton-cache", po::value(&triton_cache)->value_name("DIR"),
+        "keep the Triton kernels a provider compiles in DIR (TRITON_CACHE_DIR, created if "
+        "missing), so that a second run skips Triton's JIT and autotuning; default: Triton's own")(
         "fail-on", po::value(&fail_on)->value_name("KIND[,KIND]"),
         "finding kinds that fail a case, comma-separated (e.g. PROMOTION,BOUNDARY_MISMATCH,DRIFT); "
         "by default a dtype finding makes a passing case WARN, which exits 0")(
@@ -341,6 +346,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     harness::Registry registry;
     harness::register_all(registry);
     std::vector<std::string> provided;  // "name version ..." of each provider, for the report
+    if (!triton_cache.empty()) providers::use_triton_cache(triton_cache);
     for (const auto& library : libraries)
         for (const auto& ns : providers::load_op_library(library, registry))
             provided.push_back(ns + " (" + library + ")");

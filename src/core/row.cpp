@@ -18,6 +18,11 @@ const at::Tensor& Call::need(const std::string& name) const {
     return it->second;
 }
 
+c10::ScalarType Call::state_dtype_of(const std::string& component) const {
+    const auto it = state_dtypes.find(component);
+    return it != state_dtypes.end() ? it->second : state_dtype;
+}
+
 const std::string& Call::option(const std::string& name) const {
     const auto it = options.find(name);
     LAV_ASSERT(it != options.end(), "row called without option ", name);

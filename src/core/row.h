@@ -37,6 +37,8 @@ struct Call {
     std::map<std::string, int64_t> dims;
     Layout layout = Layout::head_last;
     c10::ScalarType state_dtype = c10::ScalarType::Float;
+    /// per state component (gsa: hk, hv) where the case sets them; see state_dtype_of
+    std::map<std::string, c10::ScalarType> state_dtypes;
     c10::ScalarType output_dtype = c10::ScalarType::Undefined;
     int64_t chunk_size = 64;
     double scale = 0.0;               ///< resolved: K^-0.5 where the case leaves it unset
@@ -49,6 +51,8 @@ struct Call {
     at::Tensor get(const std::string& name) const;
     /// The tensor `name`; throws InternalError when absent (the declaration requires it).
     const at::Tensor& need(const std::string& name) const;
+    /// The dtype the state component `component` is stored in: its own, or state_dtype.
+    c10::ScalarType state_dtype_of(const std::string& component) const;
     const std::string& option(const std::string& name) const;
     /// True when the boolean option `name` is "true".
     bool flag(const std::string& name) const;
@@ -66,6 +70,9 @@ struct Row {
     std::string device;   ///< where its tensors must live: "cpu" or "cuda"
     /// whether --backend auto may choose it (lav's own rows); others run when named
     bool automatic = true;
+    /// whether the harness runs it under the dtype tracer, keeping in the record's trace the
+    /// ops its code dispatched that mix or change floating dtypes (rows lav did not write)
+    bool traced = false;
     /// whether it takes the call's sizes and options (its tensors may be absent); unset: all
     std::function<bool(const Call&)> fits;
     /// the forward results (o, ht, ...) on the call's device, in its layout

@@ -26,7 +26,10 @@ void fp32_inputs(Call& call) {
     for (auto& [name, t] : call.tensors)
         if (t.defined() && at::isFloatingType(t.scalar_type())) t = t.to(at::kFloat);
 }
-void fp32_states(Call& call) { call.state_dtype = at::kFloat; }
+void fp32_states(Call& call) {
+    call.state_dtype = at::kFloat;
+    call.state_dtypes.clear();
+}
 void fp32_outputs(Call& call) { call.output_dtype = at::kFloat; }
 
 // gradients follow the input dtype: until the outputs' own step, the rerun's results are

@@ -87,6 +87,10 @@ struct Family {
     /// option -> allowed values, the first the default
     std::map<std::string, std::vector<std::string>> options;
     std::vector<TensorDecl> tensors;
+    /// A family with several states: each component's name and the tensors that hold it
+    /// (initial, final, cotangent), e.g. {"hk", {"hk0", "hkt", "dhkt"}}. A scenario may give
+    /// each component its own dtype; empty for a family with one state.
+    std::vector<std::pair<std::string, std::vector<std::string>>> state_components;
     /// the family's own dimension letters, each an integer option: {"M", "num_slots"}
     std::map<std::string, std::string> dim_options;
     /// A generator chosen by the case's options or sizes, for the tensors whose declared draw
@@ -130,6 +134,9 @@ std::vector<MeasuredSpec> measured_of(const Family& f, const scenario::Case& c, 
 
 /// A call for the case with no tensors yet: options, dims, layout, dtypes, scale, cu_seqlens.
 Call call_of(const Family& f, const scenario::Case& c);
+
+/// The case's state dtypes as one word: "fp32", or per component "hk=fp32,hv=bf16".
+std::string state_dtype_text(const scenario::Case& c);
 
 /// What the scenario validator and `lav list` know of the family.
 scenario::FamilyInfo info_of(const Family& f);

@@ -53,6 +53,7 @@ Family gsa_family() {
         {"dhkt", Role::cotangent, "N H K M", DTypeSetting::state},
         {"dhvt", Role::cotangent, "N H M V", DTypeSetting::state},
     };
+    f.state_components = {{"hk", {"hk0", "hkt", "dhkt"}}, {"hv", {"hv0", "hvt", "dhvt"}}};
     // M, the number of memory slots: FLA's GSA tests use 32, 64 and 128; 64 is the layer default
     f.options = {{"slots", {"64", "16", "32", "128", "256"}}};
     f.dim_options = {{"M", "slots"}};

@@ -47,8 +47,8 @@ Bound bound_for(const Case& c, const MeasuredSpec& m) {
     if (it != c.tolerances.end()) return {it->second, "[tolerances] " + m.name + " of " + c.file};
     return {metrics::default_bound(m.kind, c.input_dtype, c.state_dtype),
             std::string("default for ") + kind_name(m.kind) + " from " +
-                std::string(dtype_name(c.input_dtype)) + " inputs, " +
-                std::string(dtype_name(c.state_dtype)) + " states"};
+                std::string(dtype_name(c.input_dtype)) + " inputs, " + state_dtype_text(c) +
+                " states"};
 }
 
 // final states and the gradients of initial states (dh0, and gsa's dhk0, dhv0, mesa_net's

@@ -88,6 +88,8 @@ Family mesa_net_family() {
         {"dht_kk", Role::cotangent, "N H K K", DTypeSetting::state},
         {"dht_kv", Role::cotangent, "N H K V", DTypeSetting::state},
     };
+    f.state_components = {{"kk", {"h_kk0", "ht_kk", "dht_kk"}},
+                          {"kv", {"h_kv0", "ht_kv", "dht_kv"}}};
     // the norm is on by default (randn keys need it); K CG steps as FLA's tests run them, or
     // FLA's default of 30, or 8 to see an unconverged solve
     f.options = {{"use_qk_l2norm_in_kernel", {"true", "false"}},

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 
 #include "core/error.h"
 #include "core/layout.h"
@@ -18,6 +19,8 @@
 #include "harness/inputs.h"
 #include "harness/judge.h"
 #include "metrics/measures.h"
+#include "trace/analysis.h"
+#include "trace/tracer.h"
 
 namespace lav::harness {
 namespace {
@@ -78,6 +81,53 @@ Call with_tensors(Call call, const TensorMap& inputs, const TensorMap& cotangent
     return call;
 }
 
+// Whether a traced op mixes or changes floating dtypes: a cast, or an op whose operands
+// promote (bf16 · fp32 → fp32). A 0-dim operand (a Python float arrives as fp64[]) takes no
+// part in promotion beside a tensor, and is left out.
+bool changes_dtype(const trace::OpRecord& op) {
+    std::set<c10::ScalarType> dtypes;
+    for (const auto* side : {&op.inputs, &op.outputs})
+        for (const trace::TensorInfo& t : *side)
+            if (at::isFloatingType(t.dtype) && !t.shape.empty()) dtypes.insert(t.dtype);
+    return dtypes.size() > 1;
+}
+
+// Runs the row's kernel for record `r`; a traced row (one lav did not write) runs under the
+// dtype tracer, and the ops its code called that mix or change floating dtypes join r's trace.
+TensorMap run_row(const Row& row, const Call& call, bool backward, CaseRecord& r) {
+    if (!row.traced) return backward ? row.backward(call) : row.forward(call);
+    trace::TraceScope scope;
+    for (const auto& [name, t] : call.tensors)
+        if (t.defined()) scope.trace().label(t, name, trace::Role::input);
+    const TensorMap raw = backward ? row.backward(call) : row.forward(call);
+    const trace::Trace trace = scope.stop();
+    const std::vector<trace::TraceRow> table = trace::trace_table(trace);
+    const std::string kernel = r.family + "/" + r.variant + "/" + r.backend + "/" + r.pass;
+    for (size_t i = 0; i < table.size(); ++i) {
+        const trace::OpRecord& op = trace.ops()[i];
+        if (op.depth != 0 || !changes_dtype(op)) continue;
+        const trace::TraceRow& t = table[i];
+        r.trace.push_back(
+            {t.seq, t.op, t.depth, t.autocast != 0, t.inputs, t.outputs, "traced", kernel});
+    }
+    return raw;
+}
+
+// The cotangents a backward pass was given, as contract items: their dtype is the case's
+// ([dtypes] cotangents, or each its tensor's), not the kernel's choice, so the harness adds them.
+void add_cotangents(const TensorMap& cotangents, PrecisionContract& contract) {
+    for (const auto& [name, t] : cotangents) {
+        const auto dtype = from_scalar_type(t.scalar_type());
+        LAV_ASSERT(dtype.has_value(), "cotangent ", name, " is not floating");
+        contract.items.push_back({name, *dtype, "cotangent, as the case draws it"});
+    }
+}
+
+// Seconds of wall time since `start` (timing a case's reference and kernels).
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // The rows of a case's trace that the kernel of record `r` declares: one per item of its
 // precision contract (none when the kernel did not run), the stored dtype as its output.
 std::vector<report::TraceRow> declared_rows(const CaseRecord& r) {
@@ -108,7 +158,7 @@ CaseRecord blank_record(const Case& c, const std::string& variant, const std::st
     r.pass = pass;
     r.input_dtype = dtype_name(c.input_dtype);
     r.gate_dtype = dtype_name(c.gate_dtype);
-    r.state_dtype = dtype_name(c.state_dtype);
+    r.state_dtype = state_dtype_text(c);
     r.output_dtype = dtype_name(c.output_dtype);
     r.layout = layout_name(c.layout);
     r.shape = shape_name(c);
@@ -208,12 +258,15 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     Call reference = with_tensors(base, reference_in, to_device(cot.reference, reference_device));
     reference.layout = Layout::head_last;
     if (options.on_stage) options.on_stage("reference");
+    const auto reference_start = std::chrono::steady_clock::now();
     TensorMap gold;
     for (const auto& [name, t] : family.reference(reference, c.backward)) {
         if (!t.defined()) continue;  // an optional result the case does not have
         LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
         gold[name] = t.cpu();  // the measures run on the CPU, wherever the reference ran
     }
+    // every record of the case is measured against this one reference
+    const double reference_seconds = seconds_since(reference_start);
     const auto& vs = c.variants;
     const Row* chunk_cpu = registry.rows().find(c.family, "chunk", "cpu");
     if (options.on_intermediates && family.stores_chunk_states && chunk_cpu &&
@@ -245,20 +298,23 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 if (options.on_stage) options.on_stage(r.id);
                 const bool backward = pass == "bwd";
                 const auto start = std::chrono::steady_clock::now();
+                r.reference_seconds = reference_seconds;
                 try {
                     LAV_CHECK(choice.row, "lav has no ", choice.backend, " row for ", c.family, " ",
                               variant);
                     const Row& row = *choice.row;
+                    const auto kernel_start = std::chrono::steady_clock::now();
                     Call call =
                         with_tensors(base, to_device(in.kernel, row.device),
                                      backward ? to_device(cot.kernel, row.device) : TensorMap{});
-                    const TensorMap raw = backward ? row.backward(call) : row.forward(call);
+                    const TensorMap raw = run_row(row, call, backward, r);
+                    // kernels run asynchronously on a GPU: its time ends when the device is done
+                    if (row.device == "cuda") at::detail::getCUDAHooks().deviceSynchronize(-1);
+                    r.kernel_seconds = seconds_since(kernel_start);
                     const std::vector<MeasuredSpec> measured = measured_of(family, c, backward);
                     const TensorMap results = measured_results(c, measured, raw);
-                    r.seconds =
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                            .count();
                     r.contract = row.contract(call, backward);
+                    if (backward) add_cotangents(cot.kernel, r.contract);
                     for (const auto& m : measured) {
                         const auto it = results.find(m.name);
                         LAV_ASSERT(it != results.end(), variant, " returned no ", m.name);
@@ -271,12 +327,11 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 } catch (const InternalError&) {
                     throw;
                 } catch (const std::exception& e) {
-                    r.seconds =
-                        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                            .count();
                     r.verdict = "error";
                     r.message = e.what();
                 }
+                // the record's wall time: the case's reference, its kernel, measures and checks
+                r.seconds = reference_seconds + seconds_since(start);
                 records.push_back(std::move(r));
             }
         }

@@ -1,5 +1,6 @@
 // src/harness/signature.cpp — what a case draws, feeds and measures, read off its family's
 // declaration.
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -21,14 +22,24 @@ std::vector<std::string> split(const std::string& text, char sep) {
     return out;
 }
 
-DType dtype_of(DTypeSetting s, const Case& c) {
-    switch (s) {
+// the state component holding tensor `name`, or "" when the family declares none for it
+std::string component_of(const Family& f, const std::string& name) {
+    for (const auto& [component, tensors] : f.state_components)
+        if (std::find(tensors.begin(), tensors.end(), name) != tensors.end()) return component;
+    return {};
+}
+
+DType dtype_of(const Family& f, const TensorDecl& t, const Case& c) {
+    if (t.role == Role::cotangent && c.cotangent_dtype) return *c.cotangent_dtype;
+    switch (t.dtype) {
         case DTypeSetting::inputs:
             return c.input_dtype;
         case DTypeSetting::gate:
             return c.gate_dtype;
-        case DTypeSetting::state:
-            return c.state_dtype;
+        case DTypeSetting::state: {
+            const auto it = c.state_dtypes.find(component_of(f, t.name));
+            return it != c.state_dtypes.end() ? it->second : c.state_dtype;
+        }
         case DTypeSetting::output:
             return c.output_dtype;
     }
@@ -102,7 +113,7 @@ std::vector<TensorSpec> specs_of(const Family& f, const Case& c, Role role) {
             role == Role::cotangent ? t.role == Role::cotangent : is_drawn_input(t.role);
         if (!wanted || !present(t, c)) continue;
         std::optional<scenario::Generator> chosen = f.draw ? f.draw(c, t.name) : std::nullopt;
-        out.push_back({t.name, shape_of(t, dims), dtype_of(t.dtype, c), time_dim(t) >= 0,
+        out.push_back({t.name, shape_of(t, dims), dtype_of(f, t, c), time_dim(t) >= 0,
                        chosen ? *chosen : t.draw});
     }
     return out;
@@ -130,12 +141,22 @@ Call call_of(const Family& f, const Case& c) {
     call.dims = dims_of(f, c);
     call.layout = c.layout;
     call.state_dtype = to_scalar_type(c.state_dtype);
+    for (const auto& [component, dtype] : c.state_dtypes)
+        call.state_dtypes[component] = to_scalar_type(dtype);
     call.output_dtype = to_scalar_type(c.output_dtype);
     call.chunk_size = c.chunk_size;
     const double unset = f.default_scale > 0 ? f.default_scale : 1.0 / std::sqrt(double(c.K));
     call.scale = c.scale ? *c.scale : unset;
     call.cu_seqlens = c.cu_seqlens;
     return call;
+}
+
+std::string state_dtype_text(const Case& c) {
+    if (c.state_dtypes.empty()) return std::string(dtype_name(c.state_dtype));
+    std::string text;
+    for (const auto& [component, dtype] : c.state_dtypes)
+        text += (text.empty() ? "" : ",") + component + "=" + std::string(dtype_name(dtype));
+    return text;
 }
 
 scenario::FamilyInfo info_of(const Family& f) {
@@ -145,6 +166,8 @@ scenario::FamilyInfo info_of(const Family& f) {
     info.variants = f.variants;
     info.options = f.options;
     info.check = f.check;
+    for (const auto& component : f.state_components)
+        info.state_components.push_back(component.first);
     for (const TensorDecl& t : f.tensors) {
         if (t.role != Role::output) info.inputs.push_back(t.name);
         if (t.role == Role::output) info.measured.push_back(t.name);

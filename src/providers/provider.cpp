@@ -1,10 +1,12 @@
 // src/providers/provider.cpp — the calling convention of provider rows: inputs by declared
-// name, outputs in declared order, gradients by autograd.
+// name, outputs in declared order, gradients by autograd; Triton's cache folder.
 #include "providers/provider.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <set>
 
 #include "core/error.h"
@@ -67,6 +69,18 @@ std::vector<std::string> cotangent_names(const Family& f) {
     return out;
 }
 
+void use_triton_cache(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    LAV_CHECK_AS(UsageError, !fs::exists(dir, ec) || fs::is_directory(dir, ec), "--triton-cache ",
+                 dir, " is not a folder; give a folder (it is created if missing)");
+    fs::create_directories(dir, ec);
+    LAV_CHECK_AS(EnvironmentError, !ec, "--triton-cache ", dir,
+                 ": cannot create the folder: ", ec.message());
+    const std::string path = fs::absolute(dir).lexically_normal().string();
+    setenv("TRITON_CACHE_DIR", path.c_str(), 1);
+}
+
 Row provider_row(const Family& f, const std::string& variant, const std::string& backend,
                  const std::string& device, const Row& declared, Callable callable) {
     LAV_ASSERT(output_names(f).size() == cotangent_names(f).size(), f.name,
@@ -77,6 +91,7 @@ Row provider_row(const Family& f, const std::string& variant, const std::string&
     r.backend = backend;
     r.device = device;
     r.automatic = false;
+    r.traced = true;
     // judged by the contract lav declares for the variant; what the provider keeps inside
     // (chunk states, accumulators) cannot be seen, and the contract says so
     r.contract = [f, backend, contract = declared.contract](const Call& call, bool backward) {

@@ -35,6 +35,11 @@ struct Callable {
         backward;
 };
 
+/// Points Triton's kernel cache at `dir` (TRITON_CACHE_DIR, absolute), creating the folder;
+/// called before the interpreter starts, so that a provider's Triton reads it at import.
+/// A path that is not a folder is a UsageError, one that cannot be made an EnvironmentError.
+void use_triton_cache(const std::string& dir);
+
 /// The declared outputs of `f` in order, and their cotangents in the same order.
 std::vector<std::string> output_names(const harness::Family& f);
 std::vector<std::string> cotangent_names(const harness::Family& f);

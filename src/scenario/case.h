@@ -28,18 +28,18 @@ struct Generator {
 
 struct Case {
     // identity
-    std::string file;         ///< scenario file as given on the command line
-    std::string name;         ///< scenario name
+    std::string file;  ///< scenario file as given on the command line
+    std::string name;  ///< scenario name
     std::string description;
     /// the [matrix] values of this case in declaration order, e.g. {"dtypes.inputs", "bf16"}
     std::vector<std::pair<std::string, std::string>> matrix;
-    std::string id;           ///< name plus matrix values: "smoke_gla[dtypes.inputs=bf16,layout=head_last]"
+    std::string id;  ///< name plus matrix values: "smoke_gla[dtypes.inputs=bf16,layout=head_last]"
 
     // what runs
     std::string family;
-    std::vector<std::string> variants;  ///< "chunk", "recurrent"
-    bool forward = true;                ///< passes contains "fwd"
-    bool backward = false;              ///< passes contains "bwd"
+    std::vector<std::string> variants;           ///< "chunk", "recurrent"
+    bool forward = true;                         ///< passes contains "fwd"
+    bool backward = false;                       ///< passes contains "bwd"
     std::map<std::string, std::string> options;  ///< family options, defaults filled in
 
     // shape and layout
@@ -48,20 +48,27 @@ struct Case {
     Layout layout = Layout::head_last;
     std::vector<int64_t> cu_seqlens;  ///< empty unless varlen (then B == 1)
     int64_t chunk_size = 64;
-    std::optional<double> scale;      ///< nullopt: K^-0.5
+    std::optional<double> scale;  ///< nullopt: K^-0.5
     bool initial_state = true;
 
     // precision policy
     DType input_dtype = DType::bf16;
     DType gate_dtype = DType::fp32;
+    /// every state; with state_dtypes, the least precise of them (what default bounds use)
     DType state_dtype = DType::fp32;
+    /// each state component's dtype (gsa: hk, hv) where [dtypes] state names components, every
+    /// component of the family filled in; empty when one dtype holds all states
+    std::map<std::string, DType> state_dtypes;
     DType output_dtype = DType::bf16;
+    /// the backward's cotangents (d_o, dht, ...); nullopt: each in its tensor's dtype (o's, the
+    /// state's)
+    std::optional<DType> cotangent_dtype;
 
     // data and bounds
     uint64_t seed = 42;
     std::map<std::string, Generator> generators;  ///< by input tensor name; missing: family default
-    std::map<std::string, double> tolerances;     ///< rel_rmse bound by tensor; missing: default table
-    bool long_case = false;                       ///< skipped unless --long
+    std::map<std::string, double> tolerances;  ///< rel_rmse bound by tensor; missing: default table
+    bool long_case = false;                    ///< skipped unless --long
     std::optional<Prologue> prologue;  ///< the ops that make the kernel inputs; nullopt: none
     /// `[inputs] from`: the kernel call's arguments to replay instead of drawn inputs; null: none
     std::shared_ptr<const struct Capture> capture;

@@ -29,6 +29,9 @@ struct FamilyInfo {
     std::vector<std::string> measured;  ///< tensors that take a tolerance: "o", "ht", "dq", ...
     /// option -> allowed values, first is the default, e.g. "gate" -> {"g", "g_gamma", "none"}
     std::map<std::string, std::vector<std::string>> options;
+    /// the state components a scenario may give dtypes one by one ("hk", "hv"); empty for a
+    /// family with one state
+    std::vector<std::string> state_components;
     /// Checks what the generic schema cannot (e.g. hgrn needs V == K, GVA needs H | HV);
     /// empty when the family has no extra rules.
     std::function<std::vector<FamilyIssue>(const Case&)> check;

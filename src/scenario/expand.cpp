@@ -64,7 +64,11 @@ std::string value_text(const Node& node) {
             for (const Node& item : node.items) items.push_back(value_text(item));
             return "[" + join(items, ",") + "]";
         }
-        case NodeKind::table:
+        case NodeKind::table: {
+            std::vector<std::string> items;
+            for (const Node& item : node.items) items.push_back(item.key + "=" + value_text(item));
+            return "{" + join(items, ",") + "}";
+        }
         case NodeKind::other:
             break;
     }
@@ -409,13 +413,12 @@ class CaseBuilder {
         if (const Node* long_case = bool_setting("long")) c.long_case = long_case->bool_value;
     }
 
-    std::optional<DType> read_dtype(const std::string& role) {
-        const Node* value = string_setting("dtypes." + role);
-        if (!value) return std::nullopt;
-        const std::string& spelling = value->string_value;
+    /// `value`'s dtype if this build's kernels take it for `role`; otherwise reported.
+    std::optional<DType> checked_dtype(const Node& value, const std::string& role) {
+        const std::string& spelling = value.string_value;
         const auto dtype = parse_dtype(spelling);
         if (!dtype) {
-            error(*value, "unknown dtype " + in_quotes(spelling),
+            error(value, "unknown dtype " + in_quotes(spelling),
                   "expected one of: " + dtype_names_list());
             return std::nullopt;
         }
@@ -423,18 +426,88 @@ class CaseBuilder {
             kSupportedDTypes.end()) {
             std::vector<std::string> names;
             for (DType d : kSupportedDTypes) names.emplace_back(dtype_name(d));
-            error(*value, "dtype " + in_quotes(spelling) + " is not supported for " + role,
+            error(value, "dtype " + in_quotes(spelling) + " is not supported for " + role,
                   "this build takes " + join(names) + " for " + role);
             return std::nullopt;
         }
         return dtype;
     }
 
+    std::optional<DType> read_dtype(const std::string& role) {
+        const Node* value = string_setting("dtypes." + role);
+        if (!value) return std::nullopt;
+        return checked_dtype(*value, role);
+    }
+
+    /// The components named in a table `state = { hk = "fp32", ... }` (a [matrix] alternative
+    /// too): each must be one of the family's state components and a string.
+    void check_state_table(const Node& table) {
+        const std::vector<std::string>& known = family_->state_components;
+        if (known.empty()) {
+            error(table,
+                  "family " + in_quotes(family_->name) +
+                      " has one state; dtypes.state takes one dtype, not a table",
+                  "write state = \"fp32\" (or fp16, bf16)");
+            return;
+        }
+        for (const Node& entry : table.items) {
+            if (std::find(known.begin(), known.end(), entry.key) == known.end())
+                error(entry.key_span,
+                      "unknown state component " + in_quotes(entry.key) + " of family " +
+                          in_quotes(family_->name),
+                      family_->name + "'s state components: " + join(known));
+            else if (entry.kind != NodeKind::string)
+                wrong_type("dtypes.state." + entry.key, "a string", entry);
+        }
+    }
+
+    /// [dtypes] state: one dtype for every state, or a table with a dtype per state component
+    /// (the others take the default), each also varied as [matrix] "dtypes.state.<component>".
+    void read_state_dtypes(Case& c) {
+        const Node* state = get("dtypes.state");
+        const Node* table = nullptr;
+        if (state && state->kind == NodeKind::string) {
+            if (auto dtype = checked_dtype(*state, "state")) c.state_dtype = *dtype;
+        } else if (state && state->kind == NodeKind::table && family_) {
+            check_state_table(*state);
+            table = state;
+        } else if (state && state->kind != NodeKind::table) {
+            wrong_type("dtypes.state", "a string or a table of state components", *state);
+        }
+        if (!family_) return;
+        std::map<std::string, DType> dtypes;
+        for (const std::string& component : family_->state_components) {
+            const std::string path = "dtypes.state." + component;
+            const bool varied = std::any_of(overrides_.begin(), overrides_.end(),
+                                            [&](const auto& o) { return o.first == path; });
+            const Node* value = varied ? get(path) : table ? table->find(component) : nullptr;
+            if (!value) continue;
+            if (value->kind != NodeKind::string) {
+                if (varied) wrong_type(path, "a string", *value);
+                continue;
+            }
+            if (auto dtype = checked_dtype(*value, "state " + component))
+                dtypes[component] = *dtype;
+        }
+        if (dtypes.empty()) return;
+        for (const std::string& component : family_->state_components)
+            dtypes.emplace(component, c.state_dtype);
+        // one dtype for all is the plain case; otherwise default bounds follow the least precise
+        c.state_dtype = dtypes.begin()->second;
+        bool mixed = false;
+        for (const auto& [component, dtype] : dtypes) {
+            mixed = mixed || dtype != c.state_dtype;
+            if (dtype_epsilon(dtype) > dtype_epsilon(c.state_dtype)) c.state_dtype = dtype;
+        }
+        if (mixed) c.state_dtypes = std::move(dtypes);
+    }
+
     void read_dtypes(Case& c) {
         c.input_dtype = read_dtype("inputs").value_or(DType::bf16);
         c.gate_dtype = read_dtype("gates").value_or(DType::fp32);
-        c.state_dtype = read_dtype("state").value_or(DType::fp32);
+        read_state_dtypes(c);
         c.output_dtype = read_dtype("output").value_or(c.input_dtype);
+        c.cotangent_dtype = read_dtype("cotangents");
     }
 
     std::optional<Generator> read_generator(const Node& entry) {

@@ -29,7 +29,7 @@ const std::vector<std::string> kTableKeys = {"shape",      "dtypes",   "options"
 const std::vector<std::string> kShapeKeys = {"B", "T", "H", "K", "V", "HV"};
 // HV (value heads) is optional: it defaults to H
 const std::vector<std::string> kRequiredShapeKeys = {"B", "T", "H", "K", "V"};
-const std::vector<std::string> kDTypeKeys = {"inputs", "gates", "state", "output"};
+const std::vector<std::string> kDTypeKeys = {"inputs", "gates", "state", "output", "cotangents"};
 const std::vector<std::string> kGeneratorKeys = {"dist", "scale", "normalizer"};
 const std::vector<std::string> kPrologueKeys = {"autocast", "ops", "python", "tensors"};
 const std::vector<std::string> kPrologueTensorKeys = {"shape", "dtype", "parameter", "dist",
@@ -37,9 +37,11 @@ const std::vector<std::string> kPrologueTensorKeys = {"shape", "dtype", "paramet
 const std::vector<std::string> kPrologueDists = {"randn", "rand", "zeros", "ones"};
 // the settings a [matrix] key may vary, besides "options.<name>" for the family's options
 const std::vector<std::string> kMatrixPaths = {
-    "layout",        "seed",         "initial_state", "chunk_size",    "scale",   "cu_seqlens",
-    "dtypes.inputs", "dtypes.gates", "dtypes.state",  "dtypes.output", "shape.B", "shape.T",
-    "shape.H",       "shape.K",      "shape.V",       "shape.HV"};
+    "layout",       "seed",          "initial_state",     "chunk_size",
+    "scale",        "cu_seqlens",    "dtypes.inputs",     "dtypes.gates",
+    "dtypes.state", "dtypes.output", "dtypes.cotangents", "shape.B",
+    "shape.T",      "shape.H",       "shape.K",           "shape.V",
+    "shape.HV"};
 
 bool contains(const std::vector<std::string>& list, std::string_view item) {
     return std::find(list.begin(), list.end(), item) != list.end();
@@ -710,9 +712,12 @@ class Checker {
 
     std::vector<std::string> matrix_candidates() const {
         std::vector<std::string> candidates = kMatrixPaths;
-        if (document_.family)
+        if (document_.family) {
             for (const auto& option : option_names(*document_.family))
                 candidates.push_back("options." + option);
+            for (const std::string& component : document_.family->state_components)
+                candidates.push_back("dtypes.state." + component);
+        }
         if (document_.prologue) {
             candidates.push_back("prologue.autocast");
             for (const PrologueTensor& t : document_.prologue->tensors)
@@ -723,6 +728,8 @@ class Checker {
 
     std::string matrix_note() const {
         std::string note = "[matrix] varies: " + join(kMatrixPaths) + ", options.<name>";
+        if (document_.family && !document_.family->state_components.empty())
+            note += ", dtypes.state.<component>";
         if (document_.prologue) note += ", prologue.autocast, prologue.tensors.<name>.dtype";
         return note;
     }
@@ -739,6 +746,13 @@ class Checker {
                          "unknown option " + in_quotes(option) + " for family " +
                              in_quotes(document_.family->name),
                          did_you_mean_note(option, names));
+        } else if (path.rfind("dtypes.state.", 0) == 0 && document_.family &&
+                   document_.family->state_components.empty()) {
+            diags_.error(entry.key_span,
+                         "family " + in_quotes(document_.family->name) +
+                             " has one state; it has no component " +
+                             in_quotes(path.substr(std::string("dtypes.state.").size())),
+                         "vary \"dtypes.state\" itself");
         } else if (head != "options" && head != "shape" && head != "dtypes" &&
                    contains(kTopLevelKeys, head) && path.rfind("prologue.tensors.", 0) != 0) {
             diags_.error(entry.key_span, in_quotes(path) + " cannot be varied in [matrix]",

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -209,6 +210,97 @@ TEST(Runner, KdaChunkStatesBesideTheReference) { expect_chunk_states("kda"); }
 TEST(Runner, Rwkv7ChunkStatesBesideTheReference) { expect_chunk_states("rwkv7"); }
 
 TEST(Runner, Rwkv6ChunkStatesBesideTheReference) { expect_chunk_states("rwkv6"); }
+
+// The records of a forward and backward run of `c` on lav's CPU rows, by variant and pass.
+std::map<std::string, report::CaseRecord> run_both_passes(Case c) {
+    Registry registry;
+    register_all(registry);
+    for (const auto& [name, values] : registry.get(c.family).options)
+        c.options.emplace(name, values.front());
+    c.variants = {"chunk", "recurrent"};
+    c.backward = true;
+    std::map<std::string, report::CaseRecord> records;
+    run_case(registry, c, {},
+             [&](report::CaseRecord r) { records[r.variant + "/" + r.pass] = std::move(r); });
+    return records;
+}
+
+DType declared(const report::CaseRecord& r, const std::string& item) {
+    return r.contract.dtype_of(item);
+}
+
+std::string returned(const report::CaseRecord& r, const std::string& tensor) {
+    for (const auto& m : r.metrics)
+        if (m.tensor == tensor) return m.dtype;
+    return "absent";
+}
+
+// Each state component stored in its own dtype: the contract declares both, the kernel returns
+// both, and the record names both.
+// `a_tensors` are component a's results, `a_chunks` its chunk states in the contract.
+void expect_mixed_states(const std::string& family, const std::string& a, const std::string& b,
+                         const std::vector<std::string>& a_tensors,
+                         const std::vector<std::string>& b_tensors, const std::string& a_chunks,
+                         const std::string& b_chunks) {
+    Case c = small_case(family);
+    c.state_dtype = DType::bf16;
+    c.state_dtypes = {{a, DType::fp32}, {b, DType::bf16}};
+    if (family == "gsa") c.options["slots"] = "16";
+    const auto records = run_both_passes(c);
+    ASSERT_EQ(records.size(), 4u);
+    for (const auto& [key, r] : records) {
+        EXPECT_EQ(r.state_dtype, a + "=fp32," + b + "=bf16") << key;
+        EXPECT_NE(r.verdict, "fail") << key << ": " << r.message;
+        EXPECT_NE(r.verdict, "error") << key << ": " << r.message;
+        for (const auto& t : a_tensors) {
+            const bool grad = t[0] == 'd';
+            if (grad != (r.pass == "bwd")) continue;
+            EXPECT_EQ(declared(r, t), DType::fp32) << key << " " << t;
+            EXPECT_EQ(returned(r, t), "fp32") << key << " " << t;
+        }
+        for (const auto& t : b_tensors) {
+            const bool grad = t[0] == 'd';
+            if (grad != (r.pass == "bwd")) continue;
+            EXPECT_EQ(declared(r, t), DType::bf16) << key << " " << t;
+            EXPECT_EQ(returned(r, t), "bf16") << key << " " << t;
+        }
+    }
+    const report::CaseRecord& chunk = records.at("chunk/fwd");
+    EXPECT_EQ(declared(chunk, "chunk states " + a_chunks), DType::fp32);
+    EXPECT_EQ(declared(chunk, "chunk states " + b_chunks), DType::bf16);
+}
+
+TEST(Runner, GsaStoresEachStateInItsOwnDtype) {
+    expect_mixed_states("gsa", "hk", "hv", {"hkt", "dhk0"}, {"hvt", "dhv0"}, "hk", "hv");
+}
+
+TEST(Runner, MesaNetStoresEachStateInItsOwnDtype) {
+    expect_mixed_states("mesa_net", "kk", "kv", {"ht_kk", "dh_kk0"}, {"ht_kv", "dh_kv0"}, "h_kk",
+                        "h_kv");
+}
+
+// [dtypes] cotangents reaches the backward: the cotangents it was given are in the record's
+// contract in that dtype, and the gradients move with the rounding of d_o.
+TEST(Runner, CotangentDtypeReachesTheKernel) {
+    Case c = small_case("simple_gla");
+    c.options["gate"] = "g";
+    std::map<std::string, double> dq_error;
+    for (const DType cot : {DType::bf16, DType::fp32}) {
+        c.cotangent_dtype = cot;
+        const auto records = run_both_passes(c);
+        for (const std::string variant : {"chunk", "recurrent"}) {
+            const report::CaseRecord& r = records.at(variant + "/bwd");
+            EXPECT_EQ(declared(r, "d_o"), cot) << variant;
+            EXPECT_EQ(declared(r, "dht"), cot) << variant;
+            // the outputs keep their own dtypes whatever the cotangents'
+            EXPECT_EQ(declared(r, "o"), DType::bf16) << variant;
+        }
+        for (const auto& m : records.at("recurrent/bwd").metrics)
+            if (m.tensor == "dq") dq_error[std::string(dtype_name(cot))] = m.rel_rmse;
+    }
+    ASSERT_EQ(dq_error.size(), 2u);
+    EXPECT_NE(dq_error["bf16"], dq_error["fp32"]);
+}
 
 }  // namespace
 }  // namespace lav::harness

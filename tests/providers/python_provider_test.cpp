@@ -2,6 +2,8 @@
 // rows, in the interpreter embedded in lav, beside lav's CPU rows on the same inputs.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "common/lav_command.h"
@@ -11,6 +13,7 @@ namespace lav {
 namespace {
 
 const std::string kProvider = "tests/providers/torch_provider.py";
+const std::string kProbe = "tests/providers/probe_provider.py";
 
 TEST(PythonProvider, RowsRunBesideLavsOwnWithErrorsAsRecords) {
     const std::string out = test::scratch("python.h5");
@@ -56,6 +59,80 @@ TEST(PythonProvider, BadModulesAreClearErrors) {
     EXPECT_EQ(empty.code, 2) << empty.output;
     EXPECT_NE(empty.output.find("has no function named <variant>_<family>"), std::string::npos)
         << empty.output;
+}
+
+// --triton-cache reaches the provider's os.environ (and so Triton's import) as an absolute path,
+// the folder made; without it the variable is left as it was.
+TEST(PythonProvider, TritonCacheFolderReachesTheProvider) {
+    const std::string cache = test::scratch("triton cache/nested");
+    std::filesystem::remove_all(cache);
+    const std::string out = test::scratch("triton.h5");
+    const test::Result run = test::lav(
+        "run tests/data/scenarios/providers/simple_gla_ops_varlen.toml --filter "
+        "recurrent/probe/fwd --provider " +
+        kProbe + " --backend probe --triton-cache '" + cache + "' --out " + out);
+    EXPECT_EQ(run.code, 0) << run.output;
+    EXPECT_TRUE(std::filesystem::is_directory(cache));
+    const report::Report rep = report::read_report(out);
+    const std::string absolute = std::filesystem::absolute(cache).lexically_normal().string();
+    EXPECT_NE(rep.run.providers.find("TRITON_CACHE_DIR " + absolute + ", torch "),
+              std::string::npos)
+        << rep.run.providers;
+
+    const test::Result unset = test::lav(
+        "run tests/data/scenarios/providers/simple_gla_ops_varlen.toml --filter "
+        "recurrent/probe/fwd "
+        "--provider " +
+        kProbe + " --backend probe --out " + out);
+    EXPECT_EQ(unset.code, 0) << unset.output;
+    EXPECT_NE(report::read_report(out).run.providers.find("TRITON_CACHE_DIR unset, torch "),
+              std::string::npos);
+
+    const std::string file = test::scratch("not_a_folder");
+    std::ofstream(file) << "x";
+    const test::Result bad = test::lav("run tests/data/scenarios/providers --provider " + kProbe +
+                                       " --triton-cache " + file + " --out " + out);
+    EXPECT_EQ(bad.code, 2) << bad.output;
+    EXPECT_NE(bad.output.find("--triton-cache " + file + " is not a folder"), std::string::npos)
+        << bad.output;
+}
+
+// The ops a Python provider dispatches go through lav's own dispatcher, so the dtype tracer
+// sees them: the probe's bf16 q times an fp32 tensor is in each of its records' traces, and a
+// Python float (a 0-dim fp64 operand, which promotes nothing) is not.
+TEST(PythonProvider, TracerSeesTheOpsAProviderDispatches) {
+    const std::string out = test::scratch("probe.h5");
+    const test::Result run = test::lav(
+        "run tests/data/scenarios/providers/simple_gla_ops.toml --filter "
+        "'dtypes.inputs=bf16,layout=head_last]/recurrent' --provider " +
+        kProbe + " --backend probe,cpu --out " + out);
+    EXPECT_EQ(run.code, 0) << run.output;
+    const report::Report rep = report::read_report(out);
+    int probed = 0;
+    for (const report::CaseRecord& r : rep.cases) {
+        int promoting = 0, traced = 0;
+        for (const report::TraceRow& t : r.trace) {
+            if (t.source != "traced") continue;
+            ++traced;
+            EXPECT_EQ(t.kernel, "simple_gla/recurrent/probe/" + r.pass) << r.id;
+            if (t.op == "aten::mul" && t.inputs.rfind("bf16[2,48,2,16]", 0) == 0 &&
+                t.inputs.find("; fp32[16]") != std::string::npos &&
+                t.outputs.rfind("fp32[2,48,2,16]", 0) == 0)
+                ++promoting;
+        }
+        if (r.backend == "cpu") {
+            // lav's own rows are not traced
+            EXPECT_EQ(traced, 0) << r.id;
+            continue;
+        }
+        ++probed;
+        // the backward runs the forward again under autograd: the product is made once there too
+        EXPECT_EQ(promoting, 1) << r.id;
+        EXPECT_GE(traced, 2) << r.id;  // the product, and its cast back to bf16
+        for (const report::TraceRow& t : r.trace)
+            EXPECT_EQ(t.inputs.find("fp64[]"), std::string::npos) << r.id << " " << t.op;
+    }
+    EXPECT_EQ(probed, 2);
 }
 
 }  // namespace

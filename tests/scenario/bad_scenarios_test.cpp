@@ -55,7 +55,15 @@ Catalog test_catalog() {
     gated_delta.options = {{"gva", {"false", "true"}},
                            {"use_qk_l2norm_in_kernel", {"true", "false"}}};
     gated_delta.check = gated_delta_rules;
-    return {simple_gla, gated_delta};
+
+    FamilyInfo gsa;
+    gsa.name = "gsa";
+    gsa.summary = "two states over memory slots";
+    gsa.variants = {"chunk", "recurrent"};
+    gsa.inputs = {"q", "k", "v", "s", "g", "hk0", "hv0"};
+    gsa.measured = {"o", "hkt", "hvt"};
+    gsa.state_components = {"hk", "hv"};
+    return {simple_gla, gated_delta, gsa};
 }
 
 std::string bad_path(const std::string& file) {
@@ -150,8 +158,8 @@ const BadFile kBadFiles[] = {
      "a tolerance bounds the relative RMS error of the tensor"},
     {"MatrixKey", "matrix_key.toml", 14, 1, "'family' cannot be varied in [matrix]",
      "[matrix] varies: layout, seed, initial_state, chunk_size, scale, cu_seqlens, "
-     "dtypes.inputs, dtypes.gates, dtypes.state, dtypes.output, shape.B, shape.T, shape.H, "
-     "shape.K, shape.V, shape.HV, options.<name>"},
+     "dtypes.inputs, dtypes.gates, dtypes.state, dtypes.output, dtypes.cotangents, shape.B, "
+     "shape.T, shape.H, shape.K, shape.V, shape.HV, options.<name>"},
     {"MatrixConflict", "matrix_conflict.toml", 15, 1,
      "'layout' is set both in [matrix] and at line 5", "remove one of the two"},
     // the bad alternative is in two of the four cases and is reported once, at the alternative
@@ -181,6 +189,18 @@ const BadFile kBadFiles[] = {
      "shape.HV = 4 differs from shape.H = 2 but gva is off", "set gva = true in [options]"},
     {"FamilyCheckSkippedAfterValueError", "family_check_skipped.toml", 5, 8,
      "seed must be non-negative, got -1", ""},
+    {"StateComponentUnknown", "state_component_unknown.toml", 7, 24,
+     "unknown state component 'hx' of family 'gsa'", "gsa's state components: hk, hv"},
+    {"StateComponentOneState", "state_component_one_state.toml", 7, 9,
+     "family 'simple_gla' has one state; dtypes.state takes one dtype, not a table",
+     "write state = \"fp32\" (or fp16, bf16)"},
+    {"StateComponentMatrixOneState", "state_component_matrix_one_state.toml", 14, 1,
+     "family 'simple_gla' has one state; it has no component 'h'", "vary \"dtypes.state\" itself"},
+    {"StateComponentMatrixValue", "state_component_matrix_value.toml", 17, 30,
+     "unknown dtype 'bf15'", "expected one of: fp64, fp32, tf32, fp16, bf16, fp8_e4m3, fp8_e5m2"},
+    {"CotangentDtype", "cotangent_dtype.toml", 7, 14,
+     "dtype 'fp64' is not supported for cotangents",
+     "this build takes fp32, fp16, bf16 for cotangents"},
     {"FamilyCheckSkippedAfterKeyError", "family_check_after_keys.toml", 5, 1,
      "unknown key 'varients'", "did you mean 'variants'?"},
 };

@@ -35,7 +35,15 @@ Catalog test_catalog() {
     gated_delta.measured = {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
     gated_delta.options = {{"gva", {"false", "true"}},
                            {"use_qk_l2norm_in_kernel", {"true", "false"}}};
-    return {simple_gla, gated_delta};
+
+    FamilyInfo gsa;
+    gsa.name = "gsa";
+    gsa.summary = "two states over memory slots";
+    gsa.variants = {"chunk", "recurrent"};
+    gsa.inputs = {"q", "k", "v", "s", "g", "hk0", "hv0"};
+    gsa.measured = {"o", "hkt", "hvt"};
+    gsa.state_components = {"hk", "hv"};
+    return {simple_gla, gated_delta, gsa};
 }
 
 std::string good_path(const std::string& file) {
@@ -273,6 +281,84 @@ TEST(ScenarioLoad, ReadmeExampleIsValid) {
     EXPECT_EQ(cases[1].id, "simple_gla_bf16[layout=head_first,dtypes.state=bf16]");
     EXPECT_EQ(cases[1].state_dtype, DType::bf16);
     EXPECT_EQ(cases[1].cu_seqlens, (std::vector<int64_t>{0, 100, 100, 1024}));
+}
+
+const char* kGsaHeader = R"(name = "two_states"
+description = "gsa with a dtype per state"
+family = "gsa"
+[shape]
+B = 1
+T = 64
+H = 2
+K = 16
+V = 16
+)";
+
+TEST(ScenarioLoad, StateTableGivesEachComponentItsDtype) {
+    TempDir dir("lav_state_table");
+    const auto cases = load(dir.write("s.toml", std::string(kGsaHeader) + R"(
+[dtypes]
+state = { hv = "bf16" }
+)"));
+    ASSERT_EQ(cases.size(), 1u);
+    EXPECT_EQ(cases[0].id, "two_states");
+    // hk takes the default; the least precise of the two bounds the case
+    EXPECT_EQ(cases[0].state_dtypes,
+              (std::map<std::string, DType>{{"hk", DType::fp32}, {"hv", DType::bf16}}));
+    EXPECT_EQ(cases[0].state_dtype, DType::bf16);
+    EXPECT_FALSE(cases[0].cotangent_dtype.has_value());
+}
+
+TEST(ScenarioLoad, StateComponentsVaryInMatrixWithReadableIds) {
+    TempDir dir("lav_state_matrix");
+    const auto cases = load(dir.write("s.toml", std::string(kGsaHeader) + R"(
+[dtypes]
+state = { hk = "fp16" }
+[matrix]
+"dtypes.state.hv" = ["fp16", "fp32"]
+)"));
+    ASSERT_EQ(cases.size(), 2u);
+    EXPECT_EQ(cases[0].id, "two_states[dtypes.state.hv=fp16]");
+    // one dtype for both is the plain case
+    EXPECT_TRUE(cases[0].state_dtypes.empty());
+    EXPECT_EQ(cases[0].state_dtype, DType::fp16);
+    EXPECT_EQ(cases[1].id, "two_states[dtypes.state.hv=fp32]");
+    EXPECT_EQ(cases[1].state_dtypes,
+              (std::map<std::string, DType>{{"hk", DType::fp16}, {"hv", DType::fp32}}));
+    EXPECT_EQ(cases[1].state_dtype, DType::fp16);
+}
+
+TEST(ScenarioLoad, StateTablesAreMatrixAlternatives) {
+    TempDir dir("lav_state_alternatives");
+    const auto cases = load(dir.write("s.toml", std::string(kGsaHeader) + R"(
+[matrix]
+"dtypes.state" = ["bf16", { hk = "fp32", hv = "bf16" }]
+)"));
+    ASSERT_EQ(cases.size(), 2u);
+    EXPECT_EQ(cases[0].id, "two_states[dtypes.state=bf16]");
+    EXPECT_TRUE(cases[0].state_dtypes.empty());
+    EXPECT_EQ(cases[0].state_dtype, DType::bf16);
+    EXPECT_EQ(cases[1].id, "two_states[dtypes.state={hk=fp32,hv=bf16}]");
+    EXPECT_EQ(cases[1].state_dtypes,
+              (std::map<std::string, DType>{{"hk", DType::fp32}, {"hv", DType::bf16}}));
+}
+
+TEST(ScenarioLoad, CotangentDtypeIsSetAndVaried) {
+    TempDir dir("lav_cotangents");
+    const auto set = load(dir.write("set.toml", std::string(kGsaHeader) + R"(
+[dtypes]
+cotangents = "fp32"
+)"));
+    ASSERT_EQ(set.size(), 1u);
+    EXPECT_EQ(set[0].cotangent_dtype, DType::fp32);
+    const auto varied = load(dir.write("varied.toml", std::string(kGsaHeader) + R"(
+[matrix]
+"dtypes.cotangents" = ["bf16", "fp16"]
+)"));
+    ASSERT_EQ(varied.size(), 2u);
+    EXPECT_EQ(varied[0].id, "two_states[dtypes.cotangents=bf16]");
+    EXPECT_EQ(varied[0].cotangent_dtype, DType::bf16);
+    EXPECT_EQ(varied[1].cotangent_dtype, DType::fp16);
 }
 
 TEST(ScenarioFiles, DirectoriesAreSearchedRecursivelyForToml) {

@@ -1,0 +1,31 @@
+"""A Python provider for lav's tests that reports what it sees of lav's process.
+
+versions() reports TRITON_CACHE_DIR as os.environ has it (lav run --triton-cache sets it before
+the interpreter starts). recurrent_simple_gla multiplies the bf16 q by an fp32 tensor before
+running torchref's recurrence: an op that promotes, for the dtype tracer to see.
+"""
+
+import importlib.util
+import os
+
+import torch
+
+NAME = "probe"
+DEVICE = "cpu"
+
+_spec = importlib.util.spec_from_file_location(
+    "torch_provider", os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_provider.py"))
+torchref = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(torchref)
+
+
+def versions():
+    return {"torch": torch.__version__,
+            "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR", "unset")}
+
+
+def recurrent_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seqlens, state_dtype):
+    # bf16 q times fp32 ones: ATen promotes the product to fp32; cast back, o stays bf16
+    q = (q * torch.ones(q.shape[-1], dtype=torch.float32)).to(q.dtype)
+    return torchref.recurrent_simple_gla(q, k, v, g, h0, scale=scale, head_first=head_first,
+                                         cu_seqlens=cu_seqlens, state_dtype=state_dtype)
