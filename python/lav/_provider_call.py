@@ -78,7 +78,9 @@ def _settings(settings):
     return out
 
 
-def _call(bound, tensors, settings):
+def arguments(bound, tensors, settings):
+    """The provider's function and the keyword arguments lav calls it with (tensors and
+    settings as _settings makes them), after its unsupported() check."""
     fn, unsupported, family, variant = bound
     options = {k: v for k, v in settings.items() if isinstance(v, str)}
     if unsupported is not None:
@@ -92,6 +94,11 @@ def _call(bound, tensors, settings):
     params = inspect.signature(fn).parameters
     if not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
         kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return fn, kwargs
+
+
+def _call(bound, tensors, settings):
+    fn, kwargs = arguments(bound, tensors, settings)
     out = fn(**kwargs)
     if isinstance(out, torch.Tensor):
         out = (out,)
