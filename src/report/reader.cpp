@@ -146,18 +146,22 @@ void read_drift(const Keyed& keyed, int64_t index, CaseRecord& c) {
 
 /// The records of /cases, their rows of the keyed tables gathered.
 std::vector<CaseRecord> read_cases(const h5::File& file, size_t count) {
-    const h5::Table cases = h5::read_table(
-        file, "cases", {{"id", Strings{}},           {"scenario_file", Strings{}},
-                        {"scenario", Strings{}},     {"family", Strings{}},
-                        {"variant", Strings{}},      {"backend", Strings{}},
-                        {"pass", Strings{}},         {"input_dtype", Strings{}},
-                        {"gate_dtype", Strings{}},   {"state_dtype", Strings{}},
-                        {"output_dtype", Strings{}}, {"layout", Strings{}},
-                        {"shape", Strings{}},        {"cu_seqlens", Strings{}},
-                        {"verdict", Strings{}},      {"message", Strings{}},
-                        {"kernel", Strings{}},       {"seed", std::vector<uint64_t>{}},
-                        {"seconds", Doubles{}},      {"trace_case", Int64s{}},
-                        {"contract_case", Int64s{}}});
+    h5::Table like = {
+        {"id", Strings{}},          {"scenario_file", Strings{}}, {"scenario", Strings{}},
+        {"family", Strings{}},      {"variant", Strings{}},       {"backend", Strings{}},
+        {"pass", Strings{}},        {"input_dtype", Strings{}},   {"gate_dtype", Strings{}},
+        {"state_dtype", Strings{}}, {"output_dtype", Strings{}},  {"layout", Strings{}},
+        {"shape", Strings{}},       {"cu_seqlens", Strings{}},    {"verdict", Strings{}},
+        {"message", Strings{}},     {"kernel", Strings{}},        {"seed", std::vector<uint64_t>{}},
+        {"seconds", Doubles{}},     {"trace_case", Int64s{}},     {"contract_case", Int64s{}}};
+    // reports written before the split of a record's time have neither column
+    const bool split = h5::has_column(file, "cases", "kernel_seconds");
+    if (split) {
+        like.push_back({"reference_seconds", Doubles{}});
+        like.push_back({"kernel_seconds", Doubles{}});
+    }
+    const h5::Table cases = h5::read_table(file, "cases", like);
+
     if (h5::column<std::string>(cases, "id").size() != count)
         file.open_dataset("cases").invalid(
             "has " + std::to_string(h5::column<std::string>(cases, "id").size()) +
@@ -221,6 +225,10 @@ std::vector<CaseRecord> read_cases(const h5::File& file, size_t count) {
         c.contract.kernel = text("kernel");
         c.seed = h5::column<uint64_t>(cases, "seed")[i];
         c.seconds = h5::column<double>(cases, "seconds")[i];
+        if (split) {
+            c.reference_seconds = h5::column<double>(cases, "reference_seconds")[i];
+            c.kernel_seconds = h5::column<double>(cases, "kernel_seconds")[i];
+        }
         const auto index = static_cast<int64_t>(i);
         read_metrics(metrics, index, c);
         read_contract(file, contract, shared_case(file, cases, "contract_case", i), c);

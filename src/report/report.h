@@ -121,7 +121,10 @@ struct CaseRecord {
     /// "error" (it could not run)
     std::string verdict;
     std::string message;  ///< why, for "warn", "fail" and "error"
+    /// wall time of the record: the case's reference, its kernel, measures and checks
     double seconds = 0;
+    double reference_seconds = 0;  ///< the case's fp64 reference, the same in each of its records
+    double kernel_seconds = 0;     ///< the record's kernel call, its inputs moved to its device
     std::vector<MetricRow> metrics;
     std::vector<DriftCurve> drift;
     PrecisionContract contract;

@@ -89,6 +89,8 @@ h5::Table summary_rows(const std::vector<CaseRecord>& all, size_t begin, size_t 
         {"worst_rel_rmse", of_worst([](const MetricRow& m) { return m.rel_rmse; }, kNone)},
         {"worst_bound", of_worst([](const MetricRow& m) { return m.bound; }, kNone)},
         {"seconds", column_of(rows, [&](size_t i) { return all[i].seconds; })},
+        {"reference_seconds", column_of(rows, [&](size_t i) { return all[i].reference_seconds; })},
+        {"kernel_seconds", column_of(rows, [&](size_t i) { return all[i].kernel_seconds; })},
     };
 }
 
@@ -119,6 +121,8 @@ h5::Table case_rows(const std::vector<CaseRecord>& all, const layout::Sharing& s
         {"kernel", column_of(rows, [&](size_t i) { return all[i].contract.kernel; })},
         {"seed", column_of(rows, [&](size_t i) { return all[i].seed; })},
         {"seconds", column_of(rows, [&](size_t i) { return all[i].seconds; })},
+        {"reference_seconds", column_of(rows, [&](size_t i) { return all[i].reference_seconds; })},
+        {"kernel_seconds", column_of(rows, [&](size_t i) { return all[i].kernel_seconds; })},
         {"trace_case", column_of(rows, [&](size_t i) { return sharing.trace_of(i); })},
         {"contract_case", column_of(rows, [&](size_t i) { return sharing.contract_of(i); })},
     };

@@ -11,9 +11,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -135,6 +137,33 @@ TEST(Cli, DumpIntermediatesWritesDeltaRuleChunkStates) {
             EXPECT_LT(row.rel_rmse, 5e-3) << id << " chunk " << i;
         }
     }
+}
+
+TEST(Cli, RecordsSplitTheirSecondsIntoReferenceAndKernel) {
+    const fs::path out = scratch("seconds.h5");
+    const fs::path junit = scratch("seconds.xml");
+    const Result run = lav("run tests/data/scenarios/cli/declared_trace.toml --out " +
+                           out.string() + " --junit " + junit.string());
+    ASSERT_EQ(run.code, 0) << run.output;
+    const report::Report rep = report::read_report(out.string());
+    ASSERT_EQ(rep.cases.size(), 8u);
+    std::map<std::string, double> reference_of;  // case id -> its reference's seconds
+    std::stringstream xml;
+    xml << std::ifstream(junit).rdbuf();
+    for (const auto& r : rep.cases) {
+        EXPECT_GT(r.reference_seconds, 0.0) << r.id;
+        EXPECT_GT(r.kernel_seconds, 0.0) << r.id;
+        EXPECT_GE(r.seconds, r.reference_seconds + r.kernel_seconds) << r.id;
+        // the records of a case share its one reference
+        const std::string case_id = r.id.substr(0, r.id.find("]/") + 1);
+        const auto [it, first] = reference_of.emplace(case_id, r.reference_seconds);
+        EXPECT_EQ(it->second, r.reference_seconds) << r.id;
+        // JUnit's time is the record's wall time, its reference included
+        std::ostringstream time;
+        time << "name=\"" << r.id << "\" time=\"" << r.seconds << "\"";
+        EXPECT_NE(xml.str().find(time.str()), std::string::npos) << time.str();
+    }
+    EXPECT_EQ(reference_of.size(), 2u);
 }
 
 TEST(Cli, TraceCarriesEveryKernelsDeclaredContract) {

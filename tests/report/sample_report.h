@@ -46,6 +46,8 @@ inline CaseRecord passing_case() {
     c.seed = 42;
     c.verdict = "pass";
     c.seconds = 0.42;
+    c.reference_seconds = 0.25;
+    c.kernel_seconds = 0.125;
     c.metrics = {{"o", "bf16", "bf16", 2.4e-3, 1.5e-2, "[0, 3, 1, 7]", 3.0e-2, 0, 5.0e-3, true},
                  {"ht", "fp32", "fp32", 1.6e-3, 2.0e-3, "[1, 2, 5, 9]", 1.0e-2, 0, 5.0e-3, true}};
     // "o" before "ht": the reader must keep this order, not the alphabetical one
@@ -63,6 +65,8 @@ inline CaseRecord failing_case() {
     c.verdict = "fail";
     c.message = "rel_rmse of o and dq above their bounds";
     c.seconds = 1.25;
+    c.reference_seconds = 0.5;
+    c.kernel_seconds = 0.625;
     c.metrics = {{"o", "bf16", "bf16", 6.1e-3, 3.1e-2, "[1, 917, 2, 40]", 8.0e-2, 0, 5.0e-3, false},
                  {"dq", "fp32", "bf16", std::numeric_limits<double>::quiet_NaN(), 1.0,
                   "[0, 5, 0, 0]", std::numeric_limits<double>::infinity(), 3, 8.0e-3, false},
