@@ -530,8 +530,6 @@ class Checker {
         document_.prologue = std::move(parsed);
     }
 
-    /// A [prologue.tensors] entry with its shape as written; nullopt when ops cannot name it.
-    /// Its dtype is read for each case.
     /// `python = "file.py:function"`: the file, relative to the scenario's folder, must define
     /// the function at its top level. Whether this build can run it is the run's question.
     std::optional<PythonFunction> read_python_function(const Node& value) {
@@ -580,6 +578,8 @@ class Checker {
         return std::nullopt;
     }
 
+    /// A [prologue.tensors] entry with its shape as written; nullopt when ops cannot name it.
+    /// Its dtype is read for each case.
     std::optional<PrologueTensor> read_prologue_tensor(const Node& entry) {
         const std::string path = "prologue.tensors." + entry.key;
         if (!is_identifier(entry.key)) {

@@ -216,8 +216,8 @@ const BadFile kBadFiles[] = {
      "\"file.py:function\""},
     {"MatrixOps", "matrix_ops.toml", 16, 1, "'prologue.ops' cannot be varied in [matrix]",
      "[matrix] varies: layout, seed, initial_state, chunk_size, scale, cu_seqlens, "
-     "dtypes.inputs, dtypes.gates, dtypes.state, dtypes.output, shape.B, shape.T, shape.H, "
-     "shape.K, shape.V, shape.HV, options.<name>, prologue.autocast, "
+     "dtypes.inputs, dtypes.gates, dtypes.state, dtypes.output, dtypes.cotangents, shape.B, "
+     "shape.T, shape.H, shape.K, shape.V, shape.HV, options.<name>, prologue.autocast, "
      "prologue.tensors.<name>.dtype"},
     {"NumberAssigned", "number_assigned.toml", 14, 5, "'k' is assigned a number, not a tensor",
      "use the number where it is needed, as in k = k * 0.5"},
