@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -72,7 +73,7 @@ std::string utc_now() {
 }
 
 report::RunInfo run_info(const std::string& command_line, uint64_t seed,
-                         const std::vector<std::string>& providers) {
+                         const std::vector<std::string>& providers, const DeviceProbe& probe) {
     report::RunInfo info;
     info.lav_version = kLavVersion;
     info.git_commit = kGitCommit;
@@ -83,6 +84,14 @@ report::RunInfo run_info(const std::string& command_line, uint64_t seed,
     info.started_at = utc_now();
     info.seed = seed;
     for (const auto& p : providers) info.providers += (info.providers.empty() ? "" : "; ") + p;
+    if (probe) {
+        const std::map<std::string, std::string> gpu = probe();
+        for (auto [name, field] : {std::pair{"gpu", &info.gpu},
+                                   {"compute_capability", &info.compute_capability},
+                                   {"cuda_driver", &info.cuda_driver},
+                                   {"cuda_runtime", &info.cuda_runtime}})
+            if (const auto it = gpu.find(name); it != gpu.end()) *field = it->second;
+    }
     return info;
 }
 
@@ -416,7 +425,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     run_options.equivalence = vm["equivalence"].as<bool>();
     run_options.reference_device = reference_device;
     run_options.python_prologue = providers::run_python_prologue;
-    report::RunInfo info = run_info(command_line, selected.front().c.seed, provided);
+    report::RunInfo info =
+        run_info(command_line, selected.front().c.seed, provided, registry.rows().device_probe());
     {
         std::vector<std::string> files;
         for (const auto& p : selected) files.push_back(p.c.file);

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/layout.h"
@@ -114,10 +115,17 @@ struct Row {
                 LAV_FE_6, LAV_FE_5, LAV_FE_4, LAV_FE_3, LAV_FE_2, LAV_FE_1)                 \
     (m, x, y, __VA_ARGS__)
 
+/// What the build's GPU backend says of the machine, as report run attributes: "gpu",
+/// "compute_capability", "cuda_driver", "cuda_runtime" (those it can tell).
+using DeviceProbe = std::function<std::map<std::string, std::string>()>;
+
 class RowTable {
   public:
     /// Adds a row; a second row for one (family, variant, backend) is an InternalError.
     void add(Row row);
+    /// Set by a CUDA build (kernels/common/glue/cuda_device.cpp); empty otherwise.
+    void set_device_probe(DeviceProbe probe) { device_probe_ = std::move(probe); }
+    const DeviceProbe& device_probe() const { return device_probe_; }
     /// The row, or nullptr when this build has none.
     const Row* find(const std::string& family, const std::string& variant,
                     const std::string& backend) const;
@@ -125,6 +133,7 @@ class RowTable {
 
   private:
     std::vector<Row> rows_;
+    DeviceProbe device_probe_;
 };
 
 }  // namespace lav

@@ -25,20 +25,32 @@ constexpr double kTiny = 1e-30;
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> environment_of(const RunInfo& run) {
+    return {{"GPU", run.gpu},
+            {"compute capability", run.compute_capability},
+            {"CUDA driver", run.cuda_driver},
+            {"CUDA runtime", run.cuda_runtime},
+            {"device", run.device},
+            {"LibTorch", run.torch_version},
+            {"providers", run.providers},
+            {"HDF5", run.hdf5_version},
+            {"lav", run.lav_version},
+            {"commit", run.git_commit}};
+}
+
+std::vector<std::string> environment_changes(const RunInfo& a, const RunInfo& b, bool with_lav) {
+    const auto before = environment_of(a), after = environment_of(b);
+    std::vector<std::string> out;
+    for (size_t i = 0; i < before.size(); ++i)
+        if (before[i].second != after[i].second &&
+            (with_lav || (before[i].first != "lav" && before[i].first != "commit")))
+            out.push_back(before[i].first + ": " + before[i].second + "  ->  " + after[i].second);
+    return out;
+}
+
 void print_diff(std::ostream& out, const Report& a, const Report& b, size_t top) {
-    const std::pair<const char*, std::pair<std::string, std::string>> env[] = {
-        {"lav", {a.run.lav_version, b.run.lav_version}},
-        {"commit", {a.run.git_commit, b.run.git_commit}},
-        {"LibTorch", {a.run.torch_version, b.run.torch_version}},
-        {"HDF5", {a.run.hdf5_version, b.run.hdf5_version}},
-        {"device", {a.run.device, b.run.device}},
-        {"providers", {a.run.providers, b.run.providers}},
-    };
-    std::vector<std::string> env_changes;
-    for (const auto& [name, values] : env)
-        if (values.first != values.second)
-            env_changes.push_back(std::string(name) + ": " + values.first + "  ->  " +
-                                  values.second);
+    const std::vector<std::string> env_changes =
+        environment_changes(a.run, b.run, /*with_lav=*/true);
 
     std::map<std::string, const CaseRecord*> in_b;
     for (const auto& c : b.cases) in_b[c.id] = &c;

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/text.h"
+#include "report/diff.h"
 
 namespace lav::report {
 namespace {
@@ -122,6 +123,7 @@ bool GateResult::passed(const GateOptions& options) const {
 
 GateResult gate(const Report& run, const Report& baseline, const GateOptions& options) {
     GateResult result;
+    result.environment = environment_changes(baseline.run, run.run, /*with_lav=*/false);
     const auto runs = by_id(run);
     const auto bases = by_id(baseline);
     for (const auto& [id, base] : bases) {
@@ -143,6 +145,10 @@ GateResult gate(const Report& run, const Report& baseline, const GateOptions& op
 }
 
 void print_gate(std::ostream& out, const GateResult& result, const GateOptions& options) {
+    if (!result.environment.empty()) {
+        out << "the run's machine or software differs from the baseline's (baseline -> run):\n";
+        for (const auto& line : result.environment) out << "  " << line << "\n";
+    }
     print_changes(out, "regressions", result.regressions);
     print_changes(out, "improvements", result.improvements);
     if (!result.missing_in_run.empty()) {

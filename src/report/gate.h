@@ -59,6 +59,9 @@ struct GateChange {
 };
 
 struct GateResult {
+    /// what differs between the baseline's machine and libraries and the run's (lav's own
+    /// commit aside; environment_changes, baseline -> run): said first, it may explain the rest
+    std::vector<std::string> environment;
     std::vector<GateChange> regressions;
     std::vector<GateChange> improvements;
     std::vector<std::string> missing_in_run;       ///< in the baseline, not run

@@ -25,6 +25,12 @@ RunInfo read_run(const h5::File& file) {
     run.torch_version = h5::read_attribute<std::string>(file, "torch_version");
     run.hdf5_version = h5::read_attribute<std::string>(file, "hdf5_version");
     run.device = h5::read_attribute<std::string>(file, "device");
+    // optional: reports written before lav named the GPU keep RunInfo's "none"
+    for (auto [name, field] : {std::pair{"gpu", &run.gpu},
+                               {"compute_capability", &run.compute_capability},
+                               {"cuda_driver", &run.cuda_driver},
+                               {"cuda_runtime", &run.cuda_runtime}})
+        if (h5::has_attribute(file, name)) *field = h5::read_attribute<std::string>(file, name);
     run.providers = h5::read_attribute<std::string>(file, "providers");
     run.command_line = h5::read_attribute<std::string>(file, "command_line");
     run.started_at = h5::read_attribute<std::string>(file, "started_at");

@@ -29,7 +29,11 @@ struct RunInfo {
     std::string git_commit;
     std::string torch_version;
     std::string hdf5_version;
-    std::string device;  ///< "cpu (2 threads)" or the GPU name
+    std::string device;  ///< the CPU: "cpu: <model> (2 threads)"
+    /// the GPU a CUDA build sees (device 0), and the CUDA driver and runtime it runs with:
+    /// "NVIDIA H100 80GB HBM3", "9.0", "13.0", "13.0"; "none" without a CUDA build or device
+    std::string gpu = "none", compute_capability = "none", cuda_driver = "none",
+                cuda_runtime = "none";
     /// the kernels from outside lav this run loaded, "; "-separated: "fla (lav.providers.fla,
     /// fla 0.6.0, triton 3.6.0)"; "" when none
     std::string providers;

@@ -264,6 +264,10 @@ void write_run(const h5::File& file, const Report& report) {
     h5::write_attribute(file, "torch_version", run.torch_version);
     h5::write_attribute(file, "hdf5_version", run.hdf5_version);
     h5::write_attribute(file, "device", run.device);
+    h5::write_attribute(file, "gpu", run.gpu);
+    h5::write_attribute(file, "compute_capability", run.compute_capability);
+    h5::write_attribute(file, "cuda_driver", run.cuda_driver);
+    h5::write_attribute(file, "cuda_runtime", run.cuda_runtime);
     h5::write_attribute(file, "providers", run.providers);
     h5::write_attribute(file, "command_line", run.command_line);
     h5::write_attribute(file, "started_at", run.started_at);

@@ -1,5 +1,6 @@
 // tests/cli/cli_test.cpp — the lav executable end to end: run, show, validate, list, exit codes,
 // kills.
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "common/lav_command.h"
+#include "core/build_info.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "report/intermediates.h"
@@ -164,6 +166,15 @@ TEST(Cli, RecordsSplitTheirSecondsIntoReferenceAndKernel) {
         EXPECT_NE(xml.str().find(time.str()), std::string::npos) << time.str();
     }
     EXPECT_EQ(reference_of.size(), 2u);
+    // the machine: a build without CUDA or a machine without a GPU names none
+    if (!kCudaBuild || !at::hasCUDA()) {
+        EXPECT_EQ(rep.run.gpu, "none");
+        EXPECT_EQ(rep.run.compute_capability, "none");
+        EXPECT_EQ(rep.run.cuda_driver, "none");
+    } else {
+        EXPECT_NE(rep.run.gpu, "none");
+        EXPECT_NE(rep.run.cuda_runtime, "none");
+    }
 }
 
 TEST(Cli, TraceCarriesEveryKernelsDeclaredContract) {

@@ -277,11 +277,37 @@ TEST(Gate, BaselineKeepsMeasuresAndDtypeFindingsOnlyAndRoundTrips) {
     EXPECT_TRUE(gate(run, back, options).passed(options));
 }
 
+TEST(Gate, SaysFirstWhenTheMachineDiffersButNotForLavsOwnCommit) {
+    const Report base = sample();
+    Report run = base;
+    run.run.git_commit = "ba9876543210";
+    const GateOptions options;
+    std::ostringstream same;
+    print_gate(same, gate(run, base, options), options);
+    EXPECT_EQ(same.str().rfind("GATE PASS", 0), 0u) << same.str();
+
+    run.run.cuda_driver = "590.10.01, CUDA 13.1";
+    run.run.gpu = "NVIDIA H200";
+    std::ostringstream other;
+    const GateResult g = gate(run, base, options);
+    print_gate(other, g, options);
+    const std::string text = other.str();
+    EXPECT_TRUE(g.passed(options));
+    EXPECT_EQ(text.rfind("the run's machine or software differs from the baseline's", 0), 0u)
+        << text;
+    EXPECT_NE(text.find("GPU: NVIDIA H100 80GB HBM3  ->  NVIDIA H200"), std::string::npos) << text;
+    EXPECT_NE(text.find("CUDA driver: 580.159.04, CUDA 13.0  ->  590.10.01, CUDA 13.1"),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find("commit"), std::string::npos) << text;
+}
+
 TEST(Diff, EnvironmentFirstThenLargestChange) {
     const Report a = sample();
     Report b = a;
     b.run.torch_version = "2.12.0";
     b.run.device = "NVIDIA H200";
+    b.run.compute_capability = "10.0";
     row(b, 0, "ht").rel_rmse *= 10;
     row(b, 1, "o").rel_rmse *= 1.5;
     std::ostringstream out;
@@ -289,6 +315,9 @@ TEST(Diff, EnvironmentFirstThenLargestChange) {
     const std::string text = out.str();
     const auto env = text.find("LibTorch: 2.11.0  ->  2.12.0");
     const auto dev = text.find("device: cpu (2 threads)  ->  NVIDIA H200");
+    const auto cc = text.find("compute capability: 9.0  ->  10.0");
+    ASSERT_NE(cc, std::string::npos) << text;
+    EXPECT_LT(cc, dev);  // the machine first
     const auto ht = text.find("  ht  ");
     const auto o = text.find("bwd  o  ");
     ASSERT_NE(env, std::string::npos) << text;

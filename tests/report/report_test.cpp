@@ -141,6 +141,10 @@ void expect_same_run(const RunInfo& e, const RunInfo& a) {
     EXPECT_EQ(e.torch_version, a.torch_version);
     EXPECT_EQ(e.hdf5_version, a.hdf5_version);
     EXPECT_EQ(e.device, a.device);
+    EXPECT_EQ(e.gpu, a.gpu);
+    EXPECT_EQ(e.compute_capability, a.compute_capability);
+    EXPECT_EQ(e.cuda_driver, a.cuda_driver);
+    EXPECT_EQ(e.cuda_runtime, a.cuda_runtime);
     EXPECT_EQ(e.command_line, a.command_line);
     EXPECT_EQ(e.started_at, a.started_at);
     EXPECT_EQ(e.seed, a.seed);

@@ -14,6 +14,10 @@ inline RunInfo sample_run() {
     run.torch_version = "2.11.0";
     run.hdf5_version = "1.10.8";
     run.device = "cpu (2 threads)";
+    run.gpu = "NVIDIA H100 80GB HBM3";
+    run.compute_capability = "9.0";
+    run.cuda_driver = "580.159.04, CUDA 13.0";
+    run.cuda_runtime = "13.0";
     run.command_line = "lav run scenarios/smoke --out smoke.h5";
     run.started_at = "2025-01-02T03:04:05Z";
     // above 2^63, so a signed or narrower type anywhere on the way would show
