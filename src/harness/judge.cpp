@@ -79,12 +79,19 @@ std::string tolerance_message(const metrics::Measures& ms, const Bound& bound, i
            sci(ms.worst_reference, 4);
 }
 
-// each position's place in its chunk; chunks restart at every sequence of a varlen batch
+// each position's place in its chunk; chunks restart at every sequence of a varlen batch. A
+// tensor over sub-steps (gated_delta_product's k, v and beta: T·n rows, its chunks cut in
+// sub-steps) has sequences n times as long.
 void chunk_positions(const Case& c, int64_t T, std::vector<int64_t>& offset,
                      std::vector<int64_t>& length) {
     offset.assign(T, 0);
     length.assign(T, 0);
-    for (const Sequence& s : sequences(1, T, c.cu_seqlens))
+    std::vector<int64_t> cu = c.cu_seqlens;
+    if (!cu.empty() && T != c.T) {
+        if (c.T <= 0 || T % c.T != 0) cu.clear();
+        for (int64_t& at : cu) at *= T / c.T;
+    }
+    for (const Sequence& s : sequences(1, T, cu))
         for (int64_t p = s.begin; p < s.end; ++p) {
             const int64_t start = s.begin + (p - s.begin) / c.chunk_size * c.chunk_size;
             offset[p] = p - start;

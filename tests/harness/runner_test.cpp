@@ -302,5 +302,19 @@ TEST(Runner, CotangentDtypeReachesTheKernel) {
     EXPECT_NE(dq_error["bf16"], dq_error["fp32"]);
 }
 
+// gated_delta_product's k, v and beta (and their gradients) run over T·n sub-steps: a varlen
+// case's chunk positions are found in sub-steps, not refused for T
+TEST(Runner, SubStepTensorsOfAVarlenCaseAreJudged) {
+    const auto records = run_both_passes(small_case("gated_delta_product"));
+    ASSERT_EQ(records.size(), 4u);
+    for (const auto& [key, r] : records) {
+        EXPECT_NE(r.verdict, "error") << key << ": " << r.message;
+        if (r.pass != "bwd") continue;
+        bool dk = false;
+        for (const auto& m : r.metrics) dk = dk || m.tensor == "dk";
+        EXPECT_TRUE(dk) << key;
+    }
+}
+
 }  // namespace
 }  // namespace lav::harness
