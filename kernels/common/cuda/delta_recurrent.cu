@@ -25,6 +25,7 @@
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/delta_activations.cuh"
 #include "common/cuda/delta_recurrent_cuda.h"
+#include "common/cuda/warp_state.cuh"
 
 namespace lav::cuda {
 namespace {
@@ -102,35 +103,6 @@ __device__ __forceinline__ void load_step(const DeltaProblem& p, const Tile& w, 
         st.a[j] = p.gate == DeltaGate::per_key && key < p.dk ? expf(log_decay(p, w, t, key)) : head;
     }
     st.beta = activated_beta(p, load(p.beta.data, p.beta.dtype, at(p.beta, w.s, t, w.hv)));
-}
-
-template <int KPL>
-__device__ __forceinline__ void load_state(float (&S)[KPL][kCols], const void* src, DType dtype,
-                                           const DeltaProblem& p, const Tile& w) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int j = 0; j < KPL; ++j)
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-            const int key = lane + 32 * j, col = w.col0 + c;
-            S[j][c] = src != nullptr && key < p.dk && col < p.dv
-                          ? load(src, dtype, w.state + int64_t(key) * p.dv + col)
-                          : 0.f;
-        }
-}
-
-template <int KPL>
-__device__ __forceinline__ void store_state(const float (&S)[KPL][kCols], void* dst,
-                                            const DeltaProblem& p, const Tile& w) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int j = 0; j < KPL; ++j)
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-            const int key = lane + 32 * j, col = w.col0 + c;
-            if (key < p.dk && col < p.dv)
-                store(dst, p.state, w.state + int64_t(key) * p.dv + col, S[j][c]);
-        }
 }
 
 /// The fp32 copy of the lane's state elements at `at` ([K, V] row-major, fp32 scratch): written

@@ -15,6 +15,7 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/gated_linear_cuda.h"
+#include "common/cuda/warp_state.cuh"
 
 namespace lav::cuda {
 namespace {
@@ -51,35 +52,6 @@ __device__ __forceinline__ Tile tile_of(const GatedLinearProblem& p) {
     w.s = span(p.seqs, w.n);
     w.state = (int64_t(w.n) * p.heads + w.h) * p.dk * p.dv;
     return w;
-}
-
-template <int KPL>
-__device__ __forceinline__ void load_state(float (&S)[KPL][kCols], const void* src, DType dtype,
-                                           const GatedLinearProblem& p, const Tile& w) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int j = 0; j < KPL; ++j)
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-            const int key = lane + 32 * j, col = w.col0 + c;
-            S[j][c] = src != nullptr && key < p.dk && col < p.dv
-                          ? load(src, dtype, w.state + int64_t(key) * p.dv + col)
-                          : 0.f;
-        }
-}
-
-template <int KPL>
-__device__ __forceinline__ void store_state(const float (&S)[KPL][kCols], void* dst,
-                                            const GatedLinearProblem& p, const Tile& w) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int j = 0; j < KPL; ++j)
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) {
-            const int key = lane + 32 * j, col = w.col0 + c;
-            if (key < p.dk && col < p.dv)
-                store(dst, p.state, w.state + int64_t(key) * p.dv + col, S[j][c]);
-        }
 }
 
 __device__ __forceinline__ void load_cols(float (&x)[kCols], const Strided& t, int64_t off,
