@@ -23,13 +23,9 @@ namespace {
 template <class Args, class Grads>
 using Backward = Grads (*)(const Args&, const at::Tensor& d_o, const at::Tensor& dht);
 
-// The recurrent backward sums gate gradients with atomics, in any order: two int64 runs differ
-// by up to 6.4e-7 relative (H100); a wrong offset is off by far more.
-constexpr double kSummationOrder = 1e-5;
-
 /// Each listed CUDA kernel of `family`, forward and backward, on a packed batch (an empty
-/// sequence, ragged ends) with cu_seqlens as int64 and as int32: the same results, but for the
-/// order of atomic sums. Rows always pass int64 (core/row.h); the ops library may be handed int32.
+/// sequence, ragged ends) with cu_seqlens as int64 and as int32: the same bits, as every sum has
+/// a fixed order. Rows always pass int64 (core/row.h); the ops library may be handed int32.
 template <class Args, class Fwd, class Grads>
 void expect_int32_offsets_change_nothing(
     const std::string& family, Args (*args_of)(const Call&),
@@ -47,8 +43,7 @@ void expect_int32_offsets_change_nothing(
     const auto expect_same = [&](const TensorMap& a, const TensorMap& b) {
         for (const auto& [name, x] : a) {
             if (!x.defined()) continue;
-            EXPECT_LE(test::generic::rel_err(b.at(name).cpu(), x.cpu()), kSummationOrder)
-                << family << " " << name;
+            EXPECT_TRUE(at::equal(b.at(name).cpu(), x.cpu())) << family << " " << name;
         }
     };
     for (const auto& [fwd, bwd] : kernels) {

@@ -11,9 +11,11 @@
 // `segment`-th step (fp32, in the workspace); then, segment by segment from the end, the
 // states before each step are recomputed from its checkpoint into the workspace and walked
 // backwards carrying dS. Sums over the value columns (dq, dk, dg per key, dβ, GDN's dg) are
-// added across warps and blocks into fp32 scratch with atomics; two finishing kernels take
-// them through the l2norm (per key head, after the GVA sum), the β sigmoid and the in-kernel
-// gate (per value head), rounding each result once.
+// added in a fixed order, never with atomics, so that two runs give the same bits: the block's
+// warps through shared memory, then each block's sum into its own fp32 slice of the scratch;
+// two finishing kernels add the slices in order (and, for dq and dk, a key head's value heads)
+// and take the sums through the l2norm, the β sigmoid and the in-kernel gate, rounding each
+// result once.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -25,6 +27,7 @@
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/delta_activations.cuh"
 #include "common/cuda/delta_recurrent_cuda.h"
+#include "common/cuda/ordered_sums.cuh"
 #include "common/cuda/warp_state.cuh"
 
 namespace lav::cuda {
@@ -216,23 +219,28 @@ __global__ void __launch_bounds__(kWarps * 32) recurrent_fwd(DeltaProblem p) {
 
 // ---- backward ----
 
-/// The backward's fp32 scratch (delta_recurrent_workspace_floats()), as offsets in elements:
-/// the first six are sums over value tiles (and, for dq and dk, over a key head's value heads),
-/// zeroed before the main pass; `states` holds 2·segment [K, V] states per (sequence, value
-/// head): the checkpoints, then the states before each step of the segment being walked.
+/// The backward's fp32 scratch (delta_recurrent_workspace_floats()), as offsets in elements.
+/// The first four are sums over value columns kept apart per slice, each slice written by one
+/// block: dq and dk have `key_slices` = (value heads of a key head) × (blocks of columns), the
+/// rest `col_slices` = blocks of columns. `states` holds 2·segment [K, V] states per (sequence,
+/// value head): the checkpoints, then the states before each step of the segment being walked.
 struct ScratchLayout {
-    int64_t dq, dk;  // [rows, H, K] w.r.t. the normalised q̂, k̂
-    int64_t dg;      // [rows, HV, width] w.r.t. the log decay as used
-    int64_t dbeta;   // [rows, HV] w.r.t. β as used
+    int64_t keys, steps;  // elements of one slice: rows·H·K and rows·HV
+    int key_slices, col_slices;
+    int64_t dq, dk;  // [key_slices][rows, H, K] w.r.t. the normalised q̂, k̂
+    int64_t dg;      // [col_slices][rows, HV, width] w.r.t. the log decay as used
+    int64_t dbeta;   // [col_slices][rows, HV] w.r.t. β as used
     int64_t dA_log;  // [rows, HV] terms (finishing pass)
     int64_t ddt;     // [rows, HV, width] terms (finishing pass)
-    int64_t states;  // also the number of elements zeroed
+    int64_t states;
     int64_t end;
 };
 
 /// The same, as pointers into one workspace.
 struct Scratch {
     float *dq, *dk, *dg, *dbeta, *dA_log, *ddt, *states;
+    int64_t keys, steps;
+    int key_slices, col_slices;
 };
 
 int64_t rows_of(const Sequences& s) { return s.cu_seqlens != nullptr ? s.t : s.n * s.t; }
@@ -242,24 +250,37 @@ __host__ __device__ __forceinline__ int gate_width(const DeltaProblem& p) {
     return p.gate == DeltaGate::per_key ? p.dk : 1;
 }
 
+/// Blocks of value columns: the grid's second dimension.
+int column_blocks(const DeltaProblem& p) { return (p.dv + kWarps * kCols - 1) / (kWarps * kCols); }
+
 ScratchLayout layout_of(const DeltaProblem& p) {
     const int64_t rows = rows_of(p.seqs);
-    const int64_t keys = rows * p.heads * p.dk, steps = rows * p.value_heads;
     ScratchLayout l;
+    l.keys = rows * p.heads * p.dk;
+    l.steps = rows * p.value_heads;
+    l.col_slices = column_blocks(p);
+    l.key_slices = l.col_slices * (p.value_heads / p.heads);
     l.dq = 0;
-    l.dk = l.dq + keys;
-    l.dg = l.dk + keys;
-    l.dbeta = l.dg + steps * gate_width(p);
-    l.dA_log = l.dbeta + steps;
-    l.ddt = l.dA_log + steps;
-    l.states = l.ddt + steps * gate_width(p);
+    l.dk = l.dq + l.keys * l.key_slices;
+    l.dg = l.dk + l.keys * l.key_slices;
+    l.dbeta = l.dg + l.steps * gate_width(p) * l.col_slices;
+    l.dA_log = l.dbeta + l.steps * l.col_slices;
+    l.ddt = l.dA_log + l.steps;
+    l.states = l.ddt + l.steps * gate_width(p);
     l.end = l.states + p.seqs.n * p.value_heads * 2 * int64_t(p.segment) * p.dk * p.dv;
     return l;
 }
 
 Scratch scratch_of(const ScratchLayout& l, float* w) {
-    return {w + l.dq, w + l.dk, w + l.dg, w + l.dbeta, w + l.dA_log, w + l.ddt, w + l.states};
+    return {w + l.dq,     w + l.dk, w + l.dg, w + l.dbeta,  w + l.dA_log, w + l.ddt,
+            w + l.states, l.keys,   l.steps,  l.key_slices, l.col_slices};
 }
+
+/// One step's sums over each warp's columns, in shared memory until the block adds them.
+struct WarpSums {
+    float dq[kWarps][kMaxDeltaKeys], dk[kWarps][kMaxDeltaKeys], dg[kWarps][kMaxDeltaKeys];
+    float dbeta[kWarps][1], dg_head[kWarps][1];
+};
 
 /// The reverse step at t, from S = S_{t-1} (overwritten) and dS = ∂L/∂S_t (left ∂L/∂S_{t-1}),
 /// as the CPU backward: dS_t += scale q doᵀ, du = dS_tᵀ k, r = v − S̄ᵀk, u = β r, dv = β du,
@@ -268,7 +289,7 @@ Scratch scratch_of(const ScratchLayout& l, float* w) {
 template <int KPL>
 __device__ __forceinline__ void reverse_step(float (&S)[KPL][kCols], float (&dS)[KPL][kCols],
                                              const DeltaProblem& p, const DeltaGrads& d,
-                                             const Scratch& x, const Tile& w, int64_t t) {
+                                             WarpSums& sums, const Tile& w, int64_t t) {
     const int lane = threadIdx.x % 32;
     Step<KPL> st;
     load_step(p, w, t, st);
@@ -294,9 +315,7 @@ __device__ __forceinline__ void reverse_step(float (&S)[KPL][kCols], float (&dS)
         dp[c] = -st.beta * du[c];
     }
     store_cols(dv, d.dv, at(d.dv, w.s, t, w.hv), p, w);
-    const int64_t r = row(p.seqs, w.s, t);
-    const int64_t key_row = (r * p.heads + w.h) * p.dk;
-    const int64_t gate_row = (r * p.value_heads + w.hv) * gate_width(p);
+    const int warp = threadIdx.x / 32;
     float dg_head = 0.f;
 #pragma unroll
     for (int j = 0; j < KPL; ++j) {
@@ -312,23 +331,43 @@ __device__ __forceinline__ void reverse_step(float (&S)[KPL][kCols], float (&dS)
             dS[j][c] *= st.a[j];
         }
         if (key >= p.dk) continue;
-        atomicAdd(x.dq + key_row + key, p.scale * dq);
-        atomicAdd(x.dk + key_row + key, dk + dk_bar);
-        if (p.gate == DeltaGate::per_key) atomicAdd(x.dg + gate_row + key, dg);
+        sums.dq[warp][key] = dq;
+        sums.dk[warp][key] = dk + dk_bar;
+        sums.dg[warp][key] = dg;
         dg_head += dg;
     }
     if (p.gate == DeltaGate::per_head) dg_head = warp_sum(dg_head);
     if (lane == 0) {
-        atomicAdd(x.dbeta + r * p.value_heads + w.hv, dbeta);
-        if (p.gate == DeltaGate::per_head) atomicAdd(x.dg + gate_row, dg_head);
+        sums.dbeta[warp][0] = dbeta;
+        sums.dg_head[warp][0] = dg_head;
+    }
+}
+
+/// After a barrier: the block's sums of step t, warps in order, into the block's slices.
+__device__ __forceinline__ void add_block_sums(const WarpSums& sums, const DeltaProblem& p,
+                                               const Scratch& x, const Tile& w, int64_t t) {
+    const int64_t r = row(p.seqs, w.s, t);
+    const int group = p.value_heads / p.heads;
+    const int64_t key_slice = int64_t(w.hv % group) * gridDim.y + blockIdx.y;
+    const int64_t key_row = key_slice * x.keys + (r * p.heads + w.h) * p.dk;
+    const int64_t step = blockIdx.y * x.steps + r * p.value_heads + w.hv;
+    for (int key = threadIdx.x; key < p.dk; key += blockDim.x) {
+        x.dq[key_row + key] = p.scale * warps_sum(sums.dq, key);
+        x.dk[key_row + key] = warps_sum(sums.dk, key);
+        if (p.gate == DeltaGate::per_key) x.dg[step * p.dk + key] = warps_sum(sums.dg, key);
+    }
+    if (threadIdx.x == 0) {
+        x.dbeta[step] = warps_sum(sums.dbeta, 0);
+        if (p.gate == DeltaGate::per_head) x.dg[step] = warps_sum(sums.dg_head, 0);
     }
 }
 
 template <int KPL>
 __global__ void __launch_bounds__(kWarps * 32)
     recurrent_bwd(DeltaProblem p, DeltaGrads d, Scratch x) {
+    // every warp takes part in the block's sums; one past dv holds only zeros (masked columns)
+    __shared__ WarpSums sums[2];  // by parity of t: one barrier per step
     const Tile w = tile_of(p);
-    if (w.col0 >= p.dv) return;
     const int64_t kv = int64_t(p.dk) * p.dv, len = w.s.len, seg = p.segment;
     float* checkpoints = x.states + (int64_t(w.n) * p.value_heads + w.hv) * 2 * seg * kv;
     float* before = checkpoints + seg * kv;  // the states before each step of one segment
@@ -349,7 +388,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
         for (int64_t t = t1 - 1; t >= t0; --t) {
             get(S, before + (t - t0) * kv, p, w);
-            reverse_step(S, dS, p, d, x, w, t);
+            reverse_step(S, dS, p, d, sums[t & 1], w, t);
+            __syncthreads();
+            add_block_sums(sums[t & 1], p, x, w, t);
         }
     }
     if (d.dh0 != nullptr) store_state(dS, d.dh0, p, w);
@@ -373,10 +414,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t t = r % p.seqs.t;
     const auto finish = [&](const Strided& in, const Strided& out, const float* grad) {
         const int64_t io = at(in, s, t, h), oo = at(out, s, t, h);
-        const float* dy = grad + item * p.dk;
+        const float* slices = grad + item * p.dk;
+        const auto dy = [&](int key) { return slice_sum(slices + key, x.keys, x.key_slices); };
         if (!p.l2norm) {
             for (int key = lane; key < p.dk; key += 32)
-                store(out.data, out.dtype, oo + key, dy[key]);
+                store(out.data, out.dtype, oo + key, dy(key));
             return;
         }
         float ss = 0.f;
@@ -387,11 +429,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         const float rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
         float dot = 0.f;
         for (int key = lane; key < p.dk; key += 32)
-            dot += dy[key] * (load(in.data, in.dtype, io + key) * rstd);
+            dot += dy(key) * (load(in.data, in.dtype, io + key) * rstd);
         dot = warp_sum(dot);
         for (int key = lane; key < p.dk; key += 32) {
             const float xhat = load(in.data, in.dtype, io + key) * rstd;
-            store(out.data, out.dtype, oo + key, (dy[key] - dot * xhat) * rstd);
+            store(out.data, out.dtype, oo + key, (dy(key) - dot * xhat) * rstd);
         }
     };
     finish(p.q, d.dq, x.dq);
@@ -411,7 +453,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t t = r % p.seqs.t;
     if (lane == 0) {
         const int64_t bo = at(p.beta, s, t, hv);
-        float db = x.dbeta[item];
+        float db = slice_sum(x.dbeta + item, x.steps, x.col_slices);
         if (p.beta_sigmoid) {
             const float sg = sigmoid(load(p.beta.data, p.beta.dtype, bo));
             db = db * sg * (1.f - sg) * p.beta_scale;
@@ -424,7 +466,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float rate = p.gate_in_kernel ? expf(p.A_log[hv]) : 0.f;
     float dA = 0.f;
     for (int key = lane; key < width; key += 32) {
-        const float dg = x.dg[item * width + key];
+        const float dg = slice_sum(x.dg + item * width + key, x.steps * width, x.col_slices);
         if (!p.gate_in_kernel) {
             store(d.dg.data, d.dg.dtype, dgo + key, dg);
             continue;
@@ -453,8 +495,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 dim3 grid_of(const DeltaProblem& p) {
-    return dim3(unsigned(p.seqs.n * p.value_heads),
-                unsigned((p.dv + kWarps * kCols - 1) / (kWarps * kCols)));
+    return dim3(unsigned(p.seqs.n * p.value_heads), unsigned(column_blocks(p)));
 }
 
 /// Calls f(std::integral_constant<int, KPL>) for the smallest keys-per-lane that fits dk.
@@ -501,9 +542,7 @@ void delta_recurrent_fwd(const DeltaProblem& p, cudaStream_t stream) {
 void delta_recurrent_bwd(const DeltaProblem& p, const DeltaGrads& d, cudaStream_t stream) {
     if (p.seqs.n == 0 || p.value_heads == 0 || p.dv == 0) return;
     const ScratchLayout l = layout_of(p);
-    const Scratch x = scratch_of(l, d.workspace);
-    LAV_CUDA_CHECK(cudaMemsetAsync(d.workspace, 0, l.states * sizeof(float), stream),
-                   "delta_recurrent_bwd (workspace)");
+    const Scratch x = scratch_of(l, d.workspace);  // every slice element is written once
     dispatch_keys(p.dk, [&](auto kpl) {
         recurrent_bwd<decltype(kpl)::value><<<grid_of(p), kWarps * 32, 0, stream>>>(p, d, x);
     });

@@ -5,7 +5,10 @@
 // (key = lane + 32 j), so o_t = Sᵀq is one warp reduction per column and the state never leaves
 // registers. The backward is FLA's fused_recurrent scheme: a forward pass recomputes S_t for dq,
 // a reverse pass carries dS for dk, dv and dh0, and a last pass turns dq, dk into dg through
-// dG_t = q_t ⊙ dq_t − k_t ⊙ dk_t (+ Σ_v ht ⊙ dht at the end), summed from the end.
+// dG_t = q_t ⊙ dq_t − k_t ⊙ dk_t (+ Σ_v ht ⊙ dht at the end), summed from the end. The sums
+// over value columns (dq, dk, Σ_v ht ⊙ dht) go through shared memory in warp order and into one
+// fp32 slice per block of columns, which the last pass adds in order: no atomics, so two runs
+// give the same bits.
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -15,6 +18,7 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/gated_linear_cuda.h"
+#include "common/cuda/ordered_sums.cuh"
 #include "common/cuda/warp_state.cuh"
 
 namespace lav::cuda {
@@ -101,14 +105,31 @@ __global__ void __launch_bounds__(kWarps * 32) recurrent_fwd(GatedLinearProblem 
     if (p.ht != nullptr) store_state(S, p.ht, p, w);
 }
 
-/// Forward again, for dq_t = scale · S_t do_t and for Σ_v ht ⊙ dht; both summed over the
-/// blocks of value columns into fp32 scratch.
+/// The backward's fp32 scratch: dq and dk, [slices][rows, H, K], and Σ_v ht ⊙ dht,
+/// [slices][N, H, K], with one slice per block of value columns (the grid's second dimension).
+struct Scratch {
+    float *dq, *dk, *hterm;
+    int64_t keys, states;  // elements of one slice of dq (and dk), of hterm
+    int slices;
+};
+
+/// Per-warp partials of one step, double-buffered by the parity of t: one barrier per step.
+/// Every warp of a block takes part; one past dv holds only zeros (masked columns).
+using WarpKeys = float[2][kWarps][kMaxGatedLinearKeys];
+
+/// After a barrier: the block's sum over its warps of `part`, into the block's slice at `at`.
+__device__ __forceinline__ void add_block_keys(const float (&part)[kWarps][kMaxGatedLinearKeys],
+                                               float* at, int dk, float scale) {
+    for (int key = threadIdx.x; key < dk; key += blockDim.x) at[key] = scale * warps_sum(part, key);
+}
+
+/// Forward again, for dq_t = scale · S_t do_t and for Σ_v ht ⊙ dht.
 template <int KPL>
 __global__ void __launch_bounds__(kWarps * 32)
-    recurrent_bwd_dq(GatedLinearProblem p, GatedLinearGrads d, float* dq, float* hterm) {
+    recurrent_bwd_dq(GatedLinearProblem p, GatedLinearGrads d, Scratch x) {
+    __shared__ WarpKeys part;
     const Tile w = tile_of(p);
-    if (w.col0 >= p.dv) return;
-    const int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float S[KPL][kCols];
     load_state(S, p.h0, p.state, p, w);
     for (int64_t t = 0; t < w.s.len; ++t) {
@@ -123,37 +144,42 @@ __global__ void __launch_bounds__(kWarps * 32)
             if (key >= p.dk) continue;
             const float kj = load(p.k.data, p.k.dtype, ko + key);
             const float dj = decay(p, w.s, t, w.h, key);
-            float part = 0.f;
+            float sum = 0.f;
 #pragma unroll
             for (int c = 0; c < kCols; ++c) {
                 S[j][c] = dj * S[j][c] + kj * v[c];
-                part += S[j][c] * d_o[c];
+                sum += S[j][c] * d_o[c];
             }
-            atomicAdd(dq + r + key, part * p.scale);
+            part[t & 1][warp][key] = sum;
         }
+        __syncthreads();
+        add_block_keys(part[t & 1], x.dq + blockIdx.y * x.keys + r, p.dk, p.scale);
     }
     if (d.dht == nullptr) return;
+    __syncthreads();  // the last step's sums are read before part[0] is written again
     float dht[KPL][kCols];
     load_state(dht, d.dht, p.state, p, w);
-    const int64_t hr = (int64_t(w.n) * p.heads + w.h) * p.dk;
 #pragma unroll
     for (int j = 0; j < KPL; ++j) {
         const int key = lane + 32 * j;
         if (key >= p.dk) continue;
-        float part = 0.f;
+        float sum = 0.f;
 #pragma unroll
-        for (int c = 0; c < kCols; ++c) part += S[j][c] * dht[j][c];
-        atomicAdd(hterm + hr + key, part);
+        for (int c = 0; c < kCols; ++c) sum += S[j][c] * dht[j][c];
+        part[0][warp][key] = sum;
     }
+    __syncthreads();
+    const int64_t hr = (int64_t(w.n) * p.heads + w.h) * p.dk;
+    add_block_keys(part[0], x.hterm + blockIdx.y * x.states + hr, p.dk, 1.f);
 }
 
-/// Reverse in time carrying dS: dk (summed over column blocks into scratch), dv and dh0.
+/// Reverse in time carrying dS: dk, dv and dh0.
 template <int KPL>
 __global__ void __launch_bounds__(kWarps * 32)
-    recurrent_bwd_dkdv(GatedLinearProblem p, GatedLinearGrads d, float* dk) {
+    recurrent_bwd_dkdv(GatedLinearProblem p, GatedLinearGrads d, Scratch x) {
+    __shared__ WarpKeys part;
     const Tile w = tile_of(p);
-    if (w.col0 >= p.dv) return;
-    const int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float dS[KPL][kCols];
     load_state(dS, d.dht, p.state, p, w);
     for (int64_t t = w.s.len - 1; t >= 0; --t) {
@@ -169,36 +195,40 @@ __global__ void __launch_bounds__(kWarps * 32)
             const float qj = load(p.q.data, p.q.dtype, qo + key) * p.scale;
             const float kj = load(p.k.data, p.k.dtype, ko + key);
             const float dj = decay(p, w.s, t, w.h, key);
-            float part = 0.f;
+            float sum = 0.f;
 #pragma unroll
             for (int c = 0; c < kCols; ++c) {
                 dS[j][c] += qj * d_o[c];
-                part += dS[j][c] * v[c];
+                sum += dS[j][c] * v[c];
                 dv[c] += dS[j][c] * kj;
                 dS[j][c] *= dj;
             }
-            atomicAdd(dk + r + key, part);
+            part[t & 1][warp][key] = sum;
         }
         store_cols(dv, d.dv, at(d.dv, w.s, t, w.h), p, w);
+        __syncthreads();
+        add_block_keys(part[t & 1], x.dk + blockIdx.y * x.keys + r, p.dk, 1.f);
     }
     if (d.dh0 != nullptr) store_state(dS, d.dh0, p, w);
 }
 
 /// One block per (sequence, head), one thread per key: rounds dq, dk and forms dg.
-__global__ void recurrent_bwd_finish(GatedLinearProblem p, GatedLinearGrads d, const float* dq,
-                                     const float* dk, const float* hterm) {
+__global__ void recurrent_bwd_finish(GatedLinearProblem p, GatedLinearGrads d, Scratch x) {
     __shared__ float partial[kMaxGatedLinearKeys / 32];
     const int n = blockIdx.x / p.heads, h = blockIdx.x % p.heads, key = threadIdx.x;
     const bool mine = key < p.dk;
     const Span s = span(p.seqs, n);
-    float run = mine ? hterm[(int64_t(n) * p.heads + h) * p.dk + key] : 0.f;
+    const int64_t hr = (int64_t(n) * p.heads + h) * p.dk + key;
+    float run = mine && d.dht != nullptr ? slice_sum(x.hterm + hr, x.states, x.slices) : 0.f;
     for (int64_t t = s.len - 1; t >= 0; --t) {
         if (mine) {
             const int64_t r = (row(p.seqs, s, t) * p.heads + h) * p.dk + key;
             const int64_t qo = at(p.q, s, t, h) + key, ko = at(p.k, s, t, h) + key;
-            store(d.dq.data, d.dq.dtype, at(d.dq, s, t, h) + key, dq[r]);
-            store(d.dk.data, d.dk.dtype, at(d.dk, s, t, h) + key, dk[r]);
-            run += load(p.q.data, p.q.dtype, qo) * dq[r] - load(p.k.data, p.k.dtype, ko) * dk[r];
+            const float dq = slice_sum(x.dq + r, x.keys, x.slices);
+            const float dk = slice_sum(x.dk + r, x.keys, x.slices);
+            store(d.dq.data, d.dq.dtype, at(d.dq, s, t, h) + key, dq);
+            store(d.dk.data, d.dk.dtype, at(d.dk, s, t, h) + key, dk);
+            run += load(p.q.data, p.q.dtype, qo) * dq - load(p.k.data, p.k.dtype, ko) * dk;
         }
         if (p.gate == Gate::per_key) {
             if (mine) store(d.dg.data, d.dg.dtype, at(d.dg, s, t, h) + key, run);
@@ -216,12 +246,27 @@ __global__ void recurrent_bwd_finish(GatedLinearProblem p, GatedLinearGrads d, c
     }
 }
 
+/// Blocks of value columns: the grid's second dimension and the scratch's slices.
+int column_blocks(const GatedLinearProblem& p) {
+    return (p.dv + kWarps * kCols - 1) / (kWarps * kCols);
+}
+
 dim3 grid_of(const GatedLinearProblem& p) {
-    return dim3(unsigned(p.seqs.n * p.heads),
-                unsigned((p.dv + kWarps * kCols - 1) / (kWarps * kCols)));
+    return dim3(unsigned(p.seqs.n * p.heads), unsigned(column_blocks(p)));
 }
 
 int64_t rows(const Sequences& s) { return s.cu_seqlens != nullptr ? s.t : s.n * s.t; }
+
+Scratch scratch_of(const GatedLinearProblem& p, float* w) {
+    Scratch x;
+    x.keys = rows(p.seqs) * p.heads * p.dk;
+    x.states = int64_t(p.seqs.n) * p.heads * p.dk;
+    x.slices = column_blocks(p);
+    x.dq = w;
+    x.dk = x.dq + x.keys * x.slices;
+    x.hterm = x.dk + x.keys * x.slices;
+    return x;
+}
 
 /// Calls f(std::integral_constant<int, KPL>) for the smallest keys-per-lane that fits dk.
 template <typename F>
@@ -237,7 +282,8 @@ void dispatch_keys(int dk, F&& f) {
 }  // namespace
 
 int64_t gated_linear_workspace_floats(const GatedLinearProblem& p) {
-    return 2 * rows(p.seqs) * p.heads * p.dk + p.seqs.n * p.heads * p.dk;
+    const Scratch x = scratch_of(p, nullptr);
+    return (2 * x.keys + x.states) * x.slices;
 }
 
 void gated_linear_recurrent_fwd(const GatedLinearProblem& p, cudaStream_t stream) {
@@ -251,21 +297,15 @@ void gated_linear_recurrent_fwd(const GatedLinearProblem& p, cudaStream_t stream
 void gated_linear_recurrent_bwd(const GatedLinearProblem& p, const GatedLinearGrads& d,
                                 cudaStream_t stream) {
     if (p.seqs.n == 0 || p.heads == 0) return;
-    const int64_t n = rows(p.seqs) * p.heads * p.dk;
-    float* dq = d.workspace;
-    float* dk = dq + n;
-    float* hterm = dk + n;
-    LAV_CUDA_CHECK(
-        cudaMemsetAsync(d.workspace, 0, gated_linear_workspace_floats(p) * sizeof(float), stream),
-        "gated_linear_recurrent_bwd (workspace)");
+    const Scratch x = scratch_of(p, d.workspace);  // every slice element is written once
     if (p.dv > 0)
         dispatch_keys(p.dk, [&](auto kpl) {
             constexpr int KPL = decltype(kpl)::value;
-            recurrent_bwd_dq<KPL><<<grid_of(p), kWarps * 32, 0, stream>>>(p, d, dq, hterm);
-            recurrent_bwd_dkdv<KPL><<<grid_of(p), kWarps * 32, 0, stream>>>(p, d, dk);
+            recurrent_bwd_dq<KPL><<<grid_of(p), kWarps * 32, 0, stream>>>(p, d, x);
+            recurrent_bwd_dkdv<KPL><<<grid_of(p), kWarps * 32, 0, stream>>>(p, d, x);
         });
     const int threads = (p.dk + 31) / 32 * 32;
-    recurrent_bwd_finish<<<unsigned(p.seqs.n * p.heads), threads, 0, stream>>>(p, d, dq, dk, hterm);
+    recurrent_bwd_finish<<<unsigned(p.seqs.n * p.heads), threads, 0, stream>>>(p, d, x);
     LAV_CUDA_CHECK(cudaGetLastError(), "gated_linear_recurrent_bwd");
 }
 

@@ -22,6 +22,7 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/gated_linear_tc.cuh"
 #include "common/cuda/gated_linear_tc.h"
+#include "common/cuda/ordered_sums.cuh"
 
 namespace lav::cuda {
 namespace {
@@ -57,7 +58,8 @@ struct GradTiles {
     float G[kRows];                                // per-row gate cumsum G
     float dGq[kParts][kRows], dGk[kParts][kRows];  // per column part: Σ_d q ⊙ dq, Σ_d k ⊙ dk
     float hdh[kWarps], kdk[kWarps];                // per warp: Σ h ⊙ dh, Σ k ⊙ dk_inter
-    float hdh_key[KT], kdk_key[KT];                // per key, for a per-key gate
+    float hdh_key[KT];                             // per key, for a per-key gate
+    float kdk_key[kRows / 16][KT];                 // the same, per block of 16 rows
 };
 
 /// Elements (key, col + [0, 4)) of the [K, V] state at `base`, as stored; 0 outside it. One
@@ -163,7 +165,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_rows<T, T, kRows, KT, kThreads>(t.k, p.k, ch.s, ch.c0, len, h, 0, p.dk, vec_qk);
     if constexpr (PerKey) {
         load_rows<float, float, kRows, KT, kThreads>(t.g, p.g, ch.s, ch.c0, len, h, 0, p.dk, vec_g);
-        if (threadIdx.x < KT) t.kdk_key[threadIdx.x] = 0.f;
     } else if (threadIdx.x < kRows) {
         const int i = threadIdx.x;
         float x = 0.f;
@@ -345,7 +346,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
         }
     if constexpr (PerKey) {
-        // per key: the warp's 16 rows summed across the lanes of one column, then the blocks
+        // per key: the warp's 16 rows summed across the lanes of one column, then the blocks of
+        // rows in order when dg is formed (no atomics: the same bits every run)
 #pragma unroll
         for (int c = 0; c < NK; ++c)
 #pragma unroll
@@ -354,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 float x = H::to(t.k[row_of(odd)][key]) * dk[c][odd] +
                           H::to(t.k[row_of(odd + 2)][key]) * dk[c][odd + 2];
                 for (int o = 4; o < 32; o *= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-                if (g8 == 0) atomicAdd(&t.kdk_key[key], x);
+                if (g8 == 0) t.kdk_key[r0 / 16][key] = x;
             }
     } else {
 #pragma unroll
@@ -455,8 +457,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (PerKey) {
         const int key = threadIdx.x;
         if (key >= p.dk) return;
-        float run =
-            t.dG[len - 1][key] + (fast_exp(t.g[kRows - 1][key]) * t.hdh_key[key] + t.kdk_key[key]);
+        float run = t.dG[len - 1][key] +
+                    (fast_exp(t.g[kRows - 1][key]) * t.hdh_key[key] + warps_sum(t.kdk_key, key));
         for (int i = len - 1;; --i) {
             store(d.dg.data, d.dg.dtype, at(d.dg, ch.s, ch.c0 + i, h) + key, run);
             if (i == 0) break;
