@@ -530,9 +530,11 @@ void run_op(const c10::OperatorHandle& handle, torch::jit::Stack* stack) {
     }
     torch::jit::drop(*stack, n);
     // gcc 13 sees libstdc++'s vector<bool>::reserve, inlined from torch's Function::apply,
-    // copy a word past a one-word buffer (-Warray-bounds); the copy stays within the buffer
+    // copy a word past a one-word buffer (-Warray-bounds, -Wstringop-overflow); the copy stays
+    // within the buffer
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Warray-bounds"
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
     const variable_list out = RowFunction::apply(at::TensorList(tensors), &op, s);
 #pragma GCC diagnostic pop
     for (const at::Tensor& t : out) torch::jit::push(*stack, t);

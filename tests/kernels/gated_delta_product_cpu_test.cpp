@@ -135,7 +135,8 @@ class GatedDeltaProductCpuVsReference : public testing::TestWithParam<test::Vari
 TEST_P(GatedDeltaProductCpuVsReference, WithinBounds) {
     const auto& [variant, in, state] = GetParam();
     // one reference per (input, state) dtype pair, shared by both variants
-    const auto& [data, ref] = test::memoize(std::make_pair(in, state), [&] {
+    const auto key = std::make_pair(in, state);  // named: no reference into a temporary
+    const auto& [data, ref] = test::memoize(key, [&] {
         Case s;
         s.in = in;
         s.state = state;

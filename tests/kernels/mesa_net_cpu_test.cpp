@@ -132,7 +132,8 @@ class MesaNetCpuVsReference : public testing::TestWithParam<test::VariantDtypes>
 
 TEST_P(MesaNetCpuVsReference, WithinBounds) {
     const auto& [variant, in, state] = GetParam();
-    const auto& [data, ref] = test::memoize(std::make_pair(in, state), [&] {
+    const auto key = std::make_pair(in, state);  // named: no reference into a temporary
+    const auto& [data, ref] = test::memoize(key, [&] {
         Case s;
         s.in = in;
         s.state = state;

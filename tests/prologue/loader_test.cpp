@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/build_info.h"
@@ -53,7 +54,7 @@ std::string load_error(const std::string& path) {
     return "";
 }
 
-const PrologueTensor& tensor(const Prologue& prologue, const std::string& name) {
+const PrologueTensor& tensor(const Prologue& prologue, std::string_view name) {
     const PrologueTensor* t = prologue.find_tensor(name);
     EXPECT_NE(t, nullptr) << name;
     static const PrologueTensor kNone;
