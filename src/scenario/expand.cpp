@@ -567,8 +567,8 @@ class CaseBuilder {
     /// `[inputs] from = "capture.pt"` (relative to the file): the capture's q and v give the
     /// sizes, its head_first argument the layout, q's and g's dtypes the inputs' and gates',
     /// its cu_seqlens the offsets, the absence of h0 initial_state = false, wherever the file
-    /// leaves them out; sizes, layout and offsets
-    /// the file states must agree. Returns whether the case is sized.
+    /// leaves them out; sizes, layout, dtypes and offsets the file states must agree. Returns
+    /// whether the case is sized.
     bool read_capture(Case& c, bool sized) {
         const Node* from = root_.find_path("inputs.from");
         if (!from) return sized;
@@ -600,8 +600,9 @@ class CaseBuilder {
         if (c.capture->head_first) {
             const Layout captured = *c.capture->head_first ? Layout::head_first : Layout::head_last;
             if (const Node* stated = string_setting("layout"); stated && captured != c.layout)
-                error(*stated, "layout " + in_quotes(stated->string_value) + ", but " + path +
-                                   " was captured " + std::string(layout_name(captured)),
+                error(*stated,
+                      "layout " + in_quotes(stated->string_value) + ", but " + path +
+                          " was captured " + std::string(layout_name(captured)),
                       "leave layout out to take the capture's");
             else
                 c.layout = captured;
@@ -609,9 +610,12 @@ class CaseBuilder {
         const bool first = c.layout == Layout::head_first;
         const at::Tensor& qt = q->second;
         const at::Tensor& vt = v->second;
-        const std::pair<const char*, int64_t> sizes[] = {
-            {"B", qt.size(0)},          {"T", qt.size(first ? 2 : 1)}, {"H", qt.size(first ? 1 : 2)},
-            {"K", qt.size(3)},          {"V", vt.size(3)},             {"HV", vt.size(first ? 1 : 2)}};
+        const std::pair<const char*, int64_t> sizes[] = {{"B", qt.size(0)},
+                                                         {"T", qt.size(first ? 2 : 1)},
+                                                         {"H", qt.size(first ? 1 : 2)},
+                                                         {"K", qt.size(3)},
+                                                         {"V", vt.size(3)},
+                                                         {"HV", vt.size(first ? 1 : 2)}};
         for (const auto& [letter, size] : sizes) {
             const std::string key = std::string("shape.") + letter;
             const Node* stated = integer_setting(key);
@@ -624,15 +628,41 @@ class CaseBuilder {
         }
         c.B = sizes[0].second, c.T = sizes[1].second, c.H = sizes[2].second;
         c.K = sizes[3].second, c.V = sizes[4].second, c.HV = sizes[5].second;
-        // a dtype the file states is the kernel's contract: a captured tensor of another dtype
-        // is what the user's code handed over, a BOUNDARY_MISMATCH when the case runs
-        for (const auto& [name, role] : {std::pair{"q", "inputs"}, std::pair{"g", "gates"}}) {
-            const auto t = tensors.find(name);
-            const auto dtype =
-                t == tensors.end() ? std::nullopt : from_scalar_type(t->second.scalar_type());
-            if (!dtype || string_setting(std::string("dtypes.") + role)) continue;
-            (std::string(role) == "inputs" ? c.input_dtype : c.gate_dtype) = *dtype;
+        // the values are replayed bit for bit, so the dtypes are the capture's: a stated one
+        // that differs is a contradiction. Where q, k and v were captured in different dtypes
+        // (the user's code made k fp32) no dtype follows: the file states the one the kernel's
+        // contract takes, and each tensor captured otherwise is a BOUNDARY_MISMATCH.
+        std::vector<std::pair<std::string, DType>> inputs;
+        for (const char* name : {"q", "k", "v"})
+            if (const auto t = tensors.find(name); t != tensors.end())
+                if (const auto dtype = from_scalar_type(t->second.scalar_type()))
+                    inputs.emplace_back(name, *dtype);
+        const bool mixed = std::any_of(inputs.begin(), inputs.end(),
+                                       [&](const auto& x) { return x.second != inputs[0].second; });
+        if (mixed && !string_setting("dtypes.inputs")) {
+            std::string held;
+            for (const auto& [name, dtype] : inputs)
+                held += (held.empty() ? "" : ", ") + name + " " + std::string(dtype_name(dtype));
+            error(*from, path + " holds inputs of different dtypes (" + held + ")",
+                  "state [dtypes] inputs: the dtype the kernel's contract takes");
         }
+        const auto derive = [&](const std::string& key, std::optional<DType> captured,
+                                const std::string& name, DType& dtype) {
+            if (!captured) return;
+            if (const Node* stated = string_setting(key)) {
+                if (parse_dtype(stated->string_value) != captured)
+                    error(*stated,
+                          key + " = " + in_quotes(stated->string_value) + ", but the capture's " +
+                              name + " is " + std::string(dtype_name(*captured)),
+                          "leave it out to take the capture's dtype");
+                return;
+            }
+            dtype = *captured;
+        };
+        if (!inputs.empty() && !mixed)
+            derive("dtypes.inputs", inputs[0].second, inputs[0].first, c.input_dtype);
+        if (const auto g = tensors.find("g"); g != tensors.end())
+            derive("dtypes.gates", from_scalar_type(g->second.scalar_type()), "g", c.gate_dtype);
         // a call without an initial state replays without one
         if (!tensors.count("h0") && !root_.find("initial_state")) c.initial_state = false;
         if (const auto offsets = tensors.find("cu_seqlens"); offsets != tensors.end()) {

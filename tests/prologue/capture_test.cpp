@@ -141,16 +141,56 @@ kernel(*(torch.randn(1, 32, 2, 8).bfloat16() for _ in range(3)))
         EXPECT_NE(std::string(e.what()).find("was captured head_last"), std::string::npos)
             << e.what();
     }
-    // a stated dtype is the kernel's contract: the captured one reaches it as a mismatch
-    const auto cases =
+    try {
         load(scenario("fp16", "shape.pt", kNoGate + "[dtypes]\ninputs = \"fp16\"\n"), registry());
+        FAIL() << "a stated dtype other than the capture's loaded";
+    } catch (const ScenarioError& e) {
+        EXPECT_NE(std::string(e.what()).find(
+                      "fp16.toml:8:10: error: dtypes.inputs = 'fp16', but the capture's q is bf16"),
+                  std::string::npos)
+            << e.what();
+    }
+    // the capture's own dtype, stated, is no contradiction
+    EXPECT_EQ(
+        load(scenario("bf16", "shape.pt", kNoGate + "[dtypes]\ninputs = \"bf16\"\n"), registry())
+            .at(0)
+            .input_dtype,
+        DType::bf16);
+}
+
+// Inputs captured in different dtypes (k made fp32 by the user's code): the file states the
+// contract's dtype, and what was captured otherwise is a finding.
+TEST(Capture, MixedDtypesTakeTheStatedContract) {
+    python(R"(
+@capture(dir + 'mixed.pt')
+def kernel(q, k, v, head_first=False):
+    return v
+kernel(torch.randn(1, 32, 2, 8).bfloat16(), torch.randn(1, 32, 2, 8), torch.randn(1, 32, 2, 8).bfloat16())
+)");
+    try {
+        load(scenario("unstated", "mixed.pt", kNoGate), registry());
+        FAIL() << "a mixed capture loaded without a stated dtype";
+    } catch (const ScenarioError& e) {
+        EXPECT_NE(std::string(e.what()).find(
+                      "mixed.pt holds inputs of different dtypes (q bf16, k fp32, v bf16)"),
+                  std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("state [dtypes] inputs"), std::string::npos);
+    }
+    const auto cases =
+        load(scenario("mixed", "mixed.pt", kNoGate + "[dtypes]\ninputs = \"bf16\"\n"), registry());
     harness::Audit audit;
     const harness::Family& family = registry().get("simple_gla");
-    harness::captured_inputs(cases.at(0), harness::specs_of(family, cases[0], harness::Role::input),
-                             audit);
-    ASSERT_EQ(audit.findings.size(), 3u);
+    const harness::CaseTensors in = harness::captured_inputs(
+        cases.at(0), harness::specs_of(family, cases[0], harness::Role::input), audit);
+    ASSERT_EQ(audit.findings.size(), 1u);
     EXPECT_EQ(audit.findings[0].kind, "BOUNDARY_MISMATCH");
-    EXPECT_EQ(audit.findings[0].history, "q: bf16");
+    EXPECT_EQ(audit.findings[0].history, "k: fp32");
+    EXPECT_NE(audit.findings[0].message.find("k reaches simple_gla as fp32, the kernel's contract "
+                                             "takes bf16; measured after casting it to bf16"),
+              std::string::npos)
+        << audit.findings[0].message;
+    EXPECT_EQ(in.kernel.at("k").scalar_type(), at::kBFloat16);
 }
 
 TEST(Capture, BadCapturesNameTheFileOrTheTensor) {
