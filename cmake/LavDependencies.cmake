@@ -166,6 +166,20 @@ elseif(GIT_FOUND)
     endif()
     if(_lav_commit AND _lav_top STREQUAL _lav_source)
         set(LAV_GIT_COMMIT "${_lav_commit}")
+        # a new commit configures again on the next build, so a report never names the commit
+        # an earlier configure saw: HEAD, the branch it points at, and the packed refs
+        execute_process(COMMAND "${GIT_EXECUTABLE}" rev-parse --absolute-git-dir
+                        WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}"
+                        OUTPUT_VARIABLE _lav_git_dir OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+        execute_process(COMMAND "${GIT_EXECUTABLE}" symbolic-ref -q HEAD
+                        WORKING_DIRECTORY "${CMAKE_SOURCE_DIR}"
+                        OUTPUT_VARIABLE _lav_branch OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+        foreach(_lav_ref HEAD "${_lav_branch}" packed-refs)
+            if(_lav_ref AND EXISTS "${_lav_git_dir}/${_lav_ref}")
+                set_property(DIRECTORY "${CMAKE_SOURCE_DIR}" APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS
+                             "${_lav_git_dir}/${_lav_ref}")
+            endif()
+        endforeach()
     endif()
 endif()
 
