@@ -43,6 +43,9 @@ void compare_case(const CaseRecord& run, const CaseRecord& base, const GateOptio
     if (good(base.verdict) && !good(run.verdict))
         result.regressions.push_back({run.id, "", "verdict", 0, 0,
                                       base.verdict + " -> " + run.verdict + ": " + run.message});
+    else if (!good(base.verdict) && good(run.verdict))
+        result.improvements.push_back(
+            {run.id, "", "verdict", 0, 0, base.verdict + " -> " + run.verdict});
     for (const Finding& f : run.findings) {
         if (!is_dtype_finding(f.kind)) continue;
         bool known = false;

@@ -130,6 +130,22 @@ TEST(Gate, VerdictChangeAndNaNRegress) {
     EXPECT_TRUE(nan);
 }
 
+// A record that errored or failed in the baseline and passes now is listed as an improvement
+// (time to remake the baseline), and the gate passes.
+TEST(Gate, AVerdictThatGotBetterIsAnImprovement) {
+    Report base = sample();
+    base.cases[0].verdict = "error";
+    base.cases[0].message = "kernel threw";
+    const Report run = sample();
+    const GateOptions options;
+    const GateResult g = gate(run, base, options);
+    EXPECT_TRUE(g.passed(options));
+    ASSERT_EQ(g.improvements.size(), 1u);
+    EXPECT_EQ(g.improvements[0].case_id, base.cases[0].id);
+    EXPECT_EQ(g.improvements[0].measure, "verdict");
+    EXPECT_EQ(g.improvements[0].note, "error -> pass");
+}
+
 /// The message of the ReportError check_gate_input throws; "" (and a failure) when none.
 std::string refusal(const Report& r, bool baseline, const GateOptions& options = {}) {
     try {
