@@ -180,6 +180,8 @@ Report make_baseline(const Report& run) {
             if (is_dtype_finding(f.kind)) kept.push_back(f);
         c.findings = kept;
         c.trace.clear();
+        // where the worst element sat is the run's story, not the gate's: it compares measures
+        for (auto& m : c.metrics) m.max_abs_index.clear();
     }
     return base;
 }

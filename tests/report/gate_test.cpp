@@ -285,6 +285,7 @@ TEST(Gate, BaselineKeepsMeasuresAndDtypeFindingsOnlyAndRoundTrips) {
         EXPECT_TRUE(c.contract.items.empty());
         EXPECT_TRUE(c.trace.empty());
         EXPECT_FALSE(c.metrics.empty());
+        for (const auto& m : c.metrics) EXPECT_TRUE(m.max_abs_index.empty()) << m.tensor;
     }
     const fs::path file = scratch("base.h5");
     write_report(file.string(), base);
