@@ -3,6 +3,8 @@
 versions() reports TRITON_CACHE_DIR as os.environ has it (lav run --triton-cache sets it before
 the interpreter starts). recurrent_simple_gla multiplies the bf16 q by an fp32 tensor before
 running torchref's recurrence: an op that promotes, for the dtype tracer to see.
+chunk_simple_gla runs the same recurrence on a detached gate: its backward gives no dg, as an
+outside kernel that does not differentiate one of its inputs.
 """
 
 import importlib.util
@@ -27,5 +29,11 @@ def versions():
 def recurrent_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seqlens, state_dtype):
     # bf16 q times fp32 ones: ATen promotes the product to fp32; cast back, o stays bf16
     q = (q * torch.ones(q.shape[-1], dtype=torch.float32)).to(q.dtype)
+    return torchref.recurrent_simple_gla(q, k, v, g, h0, scale=scale, head_first=head_first,
+                                         cu_seqlens=cu_seqlens, state_dtype=state_dtype)
+
+
+def chunk_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seqlens, state_dtype):
+    g = None if g is None else g.detach()
     return torchref.recurrent_simple_gla(q, k, v, g, h0, scale=scale, head_first=head_first,
                                          cu_seqlens=cu_seqlens, state_dtype=state_dtype)

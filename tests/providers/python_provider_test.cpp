@@ -97,6 +97,31 @@ TEST(PythonProvider, TritonCacheFolderReachesTheProvider) {
         << bad.output;
 }
 
+// A gradient the provider leaves out is the record's error, naming it; the run goes on.
+TEST(PythonProvider, AGradientTheProviderLeavesOutIsAnErrorRecord) {
+    const std::string out = test::scratch("no_dg.h5");
+    const test::Result run = test::lav(
+        "run tests/data/scenarios/providers/simple_gla_ops_varlen.toml --filter chunk/probe "
+        "--provider " +
+        kProbe + " --backend probe --out " + out);
+    EXPECT_EQ(run.code, 1) << run.output;
+    const report::Report rep = report::read_report(out);
+    ASSERT_TRUE(rep.complete);
+    ASSERT_EQ(rep.cases.size(), 2u);
+    for (const report::CaseRecord& r : rep.cases) {
+        if (r.pass == "fwd") {
+            EXPECT_EQ(r.verdict, "pass") << r.id << ": " << r.message;
+            continue;
+        }
+        EXPECT_EQ(r.verdict, "error") << r.id;
+        EXPECT_EQ(r.message.rfind("probe chunk simple_gla gives no dg, so this record cannot be "
+                                  "judged",
+                                  0),
+                  0u)
+            << r.message;
+    }
+}
+
 // The ops a Python provider dispatches go through lav's own dispatcher, so the dtype tracer
 // sees them: the probe's bf16 q times an fp32 tensor is in each of its records' traces, and a
 // Python float (a 0-dim fp64 operand, which promotes nothing) is not.
