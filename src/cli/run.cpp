@@ -186,11 +186,11 @@ double estimated_work(const Planned& p) {
            static_cast<double>(p.records.size() + 1);
 }
 
-// The run's `selection` attribute: its scenario texts, every selected record id and the
-// options that change what a record says, so that shards of one run share it and no other run's
-// does.
+// The run's `selection` attribute: its scenario texts, every selected record id, the options
+// that change what a record says and how shards split, so that shards of one run share it and no
+// other run's does.
 std::string selection_of(const std::vector<Planned>& selected, const report::RunInfo& info,
-                         const harness::RunOptions& options) {
+                         const harness::RunOptions& options, const std::string& shard_by) {
     std::vector<std::string> parts = info.scenario_texts;
     size_t records = 0;
     for (const auto& p : selected)
@@ -202,6 +202,8 @@ std::string selection_of(const std::vector<Planned>& selected, const report::Run
     parts.push_back("decompose=" + std::to_string(options.decompose));
     parts.push_back("equivalence=" + std::to_string(options.equivalence));
     parts.push_back("reference-device=" + options.reference_device);
+    // shards split another way would overlap: lav merge refuses them as another run's
+    if (shard_by != "case") parts.push_back("shard-by=" + shard_by);
     return selection_digest(records, parts);
 }
 
@@ -225,6 +227,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::string rerun_failed;
     std::string from_report;
     std::string shard_text;
+    std::string shard_by;
     std::string reference_device;
     std::string color = "auto";
     int threads = 0;
@@ -295,6 +298,10 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "shard", po::value(&shard_text)->value_name("K/N"),
         "run shard K of N of the selected cases (1 <= K <= N): each case goes to one shard, the "
         "same for every K, balanced by estimated cost; `lav merge` joins the N reports")(
+        "shard-by", po::value(&shard_by)->default_value("case")->value_name("case|family|scenario"),
+        "what --shard keeps together: each case alone (default, the most even split), or all "
+        "cases of a family or of a scenario in one shard, so that a provider compiles its kernels "
+        "(FLA's Triton JIT and autotuning) once instead of in every shard")(
         "strict-boundary", po::bool_switch(),
         "fail a case whose prologue hands the kernel a dtype, shape or layout its contract "
         "refuses (default: report it, fix it, and measure)")(
@@ -338,6 +345,8 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                  usage_line("run", options, positional));
     RecordSelection selection(filter_text, std::move(rerun));
     const Shard shard = shard_text.empty() ? Shard{} : parse_shard(shard_text);
+    LAV_CHECK_AS(UsageError, shard_by == "case" || shard_by == "family" || shard_by == "scenario",
+                 "--shard-by takes case, family or scenario, got '", shard_by, "'");
     LAV_CHECK_AS(
         UsageError,
         reference_device == "auto" || reference_device == "cpu" || reference_device == "cuda",
@@ -435,10 +444,14 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         keep_scenarios(files, copies, info);
     }
     info.shard = shard.text();
-    info.selection = selection_of(selected, info, run_options);
+    info.selection = selection_of(selected, info, run_options, shard_by);
     if (!shard.whole()) {
         std::vector<ShardItem> items;
-        for (const auto& p : selected) items.push_back({p.c.id, estimated_work(p)});
+        for (const auto& p : selected)
+            items.push_back({p.c.id, estimated_work(p),
+                             shard_by == "family"     ? p.c.family
+                             : shard_by == "scenario" ? p.c.name
+                                                      : ""});
         std::vector<Planned> mine;
         for (const size_t i : shard_positions(items, shard)) mine.push_back(std::move(selected[i]));
         selected = std::move(mine);

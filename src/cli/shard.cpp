@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <numeric>
 
 #include "core/error.h"
@@ -48,18 +49,30 @@ std::vector<size_t> shard_positions(const std::vector<ShardItem>& items, const S
     std::vector<size_t> all(items.size());
     std::iota(all.begin(), all.end(), size_t{0});
     if (shard.whole()) return all;
-    std::vector<size_t> order = all;
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        if (items[a].cost != items[b].cost) return items[a].cost > items[b].cost;
-        return items[a].id < items[b].id;
-    });
+    struct Group {
+        double cost = 0;
+        std::vector<size_t> members;
+    };
+    // keyed apart so that a group's name never meets a lone case's id
+    std::map<std::string, Group> groups;
+    for (const size_t i : all) {
+        Group& g =
+            groups[items[i].group.empty() ? "case " + items[i].id : "group " + items[i].group];
+        g.cost += items[i].cost;
+        g.members.push_back(i);
+    }
+    std::vector<const std::pair<const std::string, Group>*> order;
+    for (const auto& g : groups) order.push_back(&g);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto* a, const auto* b) { return a->second.cost > b->second.cost; });
     std::vector<double> load(shard.count, 0.0);
     std::vector<size_t> mine;
-    for (const size_t i : order) {
+    for (const auto* g : order) {
         const size_t lightest =
             static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-        load[lightest] += items[i].cost;
-        if (static_cast<int>(lightest) + 1 == shard.index) mine.push_back(i);
+        load[lightest] += g->second.cost;
+        if (static_cast<int>(lightest) + 1 == shard.index)
+            mine.insert(mine.end(), g->second.members.begin(), g->second.members.end());
     }
     std::sort(mine.begin(), mine.end());
     return mine;

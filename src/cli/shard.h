@@ -24,16 +24,20 @@ inline constexpr int kMaxShards = 100000;
 /// otherwise ("3/2", "0/4", "1/", "a/b", " 1/2").
 Shard parse_shard(const std::string& text);
 
-/// One case to share out: its id and estimated cost.
+/// One case to share out: its id, estimated cost, and the group it goes with.
 struct ShardItem {
     std::string id;
     double cost = 0;
+    /// cases of one group share a shard (--shard-by family: what a provider compiles once per
+    /// process stays in one); empty: the case goes alone
+    std::string group;
 };
 
 /// The positions in `items` of the cases shard `shard` runs, in increasing order: every case
-/// goes to exactly one shard. Cases are dealt longest first (ties by id) to the shard with the
-/// least cost so far (ties to the lowest K), so the result depends only on the ids and costs,
-/// never on the order they were given in or the machine.
+/// goes to exactly one shard, a group's cases to the same one. Groups (a lone case is a group of
+/// one) are dealt costliest first (ties by name) to the shard with the least cost so far (ties to
+/// the lowest K), so the result depends only on the ids, groups and costs, never on the order
+/// they were given in or the machine.
 std::vector<size_t> shard_positions(const std::vector<ShardItem>& items, const Shard& shard);
 
 /// The `selection` attribute: "<n> records <16 hex digits>", the digest over `parts` (the

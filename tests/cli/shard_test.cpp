@@ -135,6 +135,47 @@ TEST(Shard, EveryCaseInOneShardWhateverTheFileOrder) {
     EXPECT_EQ(got, want);
 }
 
+// --shard-by family: each family's cases in one shard (a provider compiles its kernels once);
+// the shards merge into the whole selection, and not with shards split by case.
+TEST(Shard, ByFamilyKeepsEachFamilyInOneShard) {
+    std::map<std::string, std::set<int>> shards_of;  // family -> the shards that ran it
+    std::vector<std::string> paths;
+    size_t cases = 0;
+    for (int k = 1; k <= 2; ++k) {
+        paths.push_back(scratch("family_" + std::to_string(k) + ".h5"));
+        const Result r = lav("run " + scenario_dir() + " -q --threads 2 --shard " +
+                             std::to_string(k) + "/2 --shard-by family --out " + paths.back());
+        ASSERT_EQ(r.code, 0) << r.output;
+        const report::Report rep = report::read_report(paths.back());
+        EXPECT_FALSE(rep.cases.empty()) << "shard " << k << " got nothing to run";
+        std::set<std::string> ids;
+        for (const auto& c : rep.cases) {
+            shards_of[c.family].insert(k);
+            ids.insert(c.id.substr(0, c.id.find("]/") + 1));
+        }
+        cases += ids.size();
+    }
+    EXPECT_EQ(cases, 10u);
+    ASSERT_EQ(shards_of.size(), 3u);
+    for (const auto& [family, ks] : shards_of) EXPECT_EQ(ks.size(), 1u) << family;
+
+    const Result merge =
+        lav("merge " + paths[0] + " " + paths[1] + " --out " + scratch("family_merged.h5"));
+    EXPECT_EQ(merge.code, 0) << merge.output;
+    const std::string by_case = scratch("case_2.h5");
+    ASSERT_EQ(lav("run " + scenario_dir() + " -q --threads 2 --shard 2/2 --out " + by_case).code,
+              0);
+    const Result mixed = lav("merge " + paths[0] + " " + by_case + " --out " + scratch("m.h5"));
+    EXPECT_EQ(mixed.code, 2) << mixed.output;
+    EXPECT_TRUE(has(mixed.output, "another selection")) << mixed.output;
+
+    const Result bad =
+        lav("run " + scenario_dir() + " --shard 1/2 --shard-by file --out " + scratch("never.h5"));
+    EXPECT_EQ(bad.code, 2) << bad.output;
+    EXPECT_TRUE(has(bad.output, "--shard-by takes case, family or scenario, got 'file'"))
+        << bad.output;
+}
+
 TEST(Shard, StrictKOverN) {
     for (const char* bad : {"0/3", "4/3", "1/0", "a/3", "1/3x", "13", "1/", "-1/3", "1 /3"}) {
         const Result r =
