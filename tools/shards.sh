@@ -4,14 +4,17 @@
 #   tools/shards.sh --out run.h5 [--gpus G] [--per-gpu P] [--junit run.xml] -- <lav run arguments>
 #   e.g. tools/shards.sh --out run.h5 --junit run.xml -- scenarios/nightly
 #        tools/shards.sh --out run.h5 --gpus 1 --per-gpu 2 -- scenarios/nightly
+#        tools/shards.sh --out fla.h5 --per-gpu 8 -- scenarios/fla --provider lav.providers.fla \
+#            --backend auto,fla --triton-cache /tmp/triton --shard-by family
 #
 # N = G × P shards: shard K of N runs with CUDA_VISIBLE_DEVICES=(K-1) mod G and writes
 # <out less .h5>.shard-K-of-N.h5 (its log beside it, .log); once all have ended, their reports are
 # merged into <out>. G is the number of GPUs nvidia-smi lists unless --gpus says; P (default 1)
 # shards share each GPU, which pays where a run waits on launches or on the CPU more than on the
 # GPU (the nightly's fp64 references: two shards on one H100 took 0.45 of the whole run's time).
-# Each shard gets --threads nproc/N unless the arguments give --threads. LAV names the lav binary (default: build/src/lav, else lav on PATH). Exits with the first
-# failing shard's code (a verification failure, 1, still merges), else lav merge's.
+# Each shard gets --threads nproc/N unless the arguments give --threads. LAV names the lav binary
+# (default: build/src/lav, else lav on PATH). Exits with the first failing shard's code (a
+# verification failure, 1, still merges), else lav merge's.
 set -euo pipefail
 out="" gpus="" per_gpu=1 junit=()
 while [[ $# -gt 0 ]]; do
