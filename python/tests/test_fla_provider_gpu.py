@@ -742,7 +742,7 @@ if pytest is not None:
     def test_convention_surface():
         """versions(), unsupported() and the function names, for every lav pair (no GPU)."""
         v = P.versions()
-        assert set(v) == {"fla", "triton"} and all(isinstance(x, str) for x in v.values())
+        assert set(v) == {"fla", "triton", "TRITON_F32_DEFAULT"} and all(isinstance(x, str) for x in v.values())
         assert P.NAME == "fla"
         for family, variants in LAV_VARIANTS.items():
             for variant in variants:

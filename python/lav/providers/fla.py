@@ -55,6 +55,8 @@ issue #640) unless tilelang is installed: the backward of ``chunk_gated_delta_ru
 
 from __future__ import annotations
 
+import os
+
 try:
     import torch
 except ImportError as exc:  # pragma: no cover - torch is lav's own requirement
@@ -97,9 +99,12 @@ __all__ = [
 
 
 def versions() -> dict[str, str]:
-    """The versions lav records in a report's run attributes."""
+    """The versions lav records in a report's run attributes, and Triton's precision of fp32
+    dots: unset, Triton takes tf32 on GPUs that have it (FLA sets "ieee" only on those without),
+    which puts FLA's fp32 chunk results near 1e-3 instead of 1e-7."""
     return {"fla": str(getattr(fla, "__version__", "unknown")),
-            "triton": str(getattr(triton, "__version__", "unknown"))}
+            "triton": str(getattr(triton, "__version__", "unknown")),
+            "TRITON_F32_DEFAULT": os.environ.get("TRITON_F32_DEFAULT", "unset")}
 
 
 # ------------------------------------------------------------------------------------------
