@@ -6,7 +6,10 @@ For every op and shape this script
 - generates inputs as FLA's ``benchmarks/ops/registry.py`` does (``torch.manual_seed(42)``,
   everything drawn with ``randn`` in the benchmark dtype; ``g = logsigmoid(randn)`` for
   simple_gla ``[B, T, H]`` and hgrn ``[B, T, W]``, ``logsigmoid(randn).clamp_min(-5)`` for gla
-  ``[B, T, H, K]``);
+  ``[B, T, H, K]``); the delta rules (delta_rule, gated_delta_rule, kda) as FLA's tests draw
+  them: q, k L2-normalised, ``beta = sigmoid(randn)`` ``[B, T, H]``, gated_delta_rule's
+  ``g = logsigmoid(randn)`` ``[B, T, H]``, kda's ``logsigmoid(randn).clamp_min(-5)``
+  ``[B, T, H, K]``;
 - measures the first call's wall time (FLA's includes Triton's JIT and autotuning; lav's
   kernels are compiled ahead of time);
 - times forward and forward+backward with CUDA events, median over ``--iters`` runs after
@@ -39,7 +42,7 @@ import tempfile
 import time
 import traceback
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,6 +71,11 @@ BYTES_FORMULA = {
         "fwd": "bytes = |q| + |k| + |v| + |g| (read) + |o| (written)",
         "fwd+bwd": "bytes = |q| + |k| + |v| + |g| + |o| + |do| (read) + |dq| + |dk| + |dv| + |dg| "
         "(written)",
+    },
+    "delta": {
+        "fwd": "bytes = |q| + |k| + |v| + |g| + |beta| (read) + |o| (written)",
+        "fwd+bwd": "bytes = |q| + |k| + |v| + |g| + |beta| + |o| + |do| (read) + |dq| + |dk| + "
+        "|dv| + |dg| + |dbeta| (written); delta_rule has no g",
     },
     "hgrn": {
         "fwd": "bytes = |x| + |g| (read) + |o| (written)",
@@ -121,11 +129,18 @@ def parse_shapes(text: str) -> list[Shape]:
 
 @dataclass(frozen=True)
 class Peer:
-    """How this script compares a family: FLA's module, and the name FLA's function of each
-    variant gives the gate; make_inputs() and run_reference() know the family too."""
+    """How this script compares a family: FLA's module, the name FLA's function of each
+    variant gives the gate, and the options both sides are given (lav's spelling; FLA takes
+    them as bools), so that neither falls back on a default of its own; make_inputs() and
+    run_reference() know the family too."""
     fla_module: str
     fla_gate_kwarg: dict  # variant -> keyword
+    options: dict = field(default_factory=dict)
 
+
+# the delta rules' q and k come L2-normalised from make_inputs(); lav's declarations default to
+# normalising them again in the kernel, FLA's functions to not
+_NO_L2NORM = {"use_qk_l2norm_in_kernel": "false"}
 
 # the families this script has inputs, a reference and an FLA peer for; which of their ops exist
 # comes from `lav list --format json` (lav_ops())
@@ -134,18 +149,24 @@ PEERS = {
     # fla's fused_recurrent_gla takes the per-key gate as `gk`
     "gla": Peer("fla.ops.gla", {"chunk": "g", "recurrent": "gk"}),
     "hgrn": Peer("fla.ops.hgrn", {"chunk": "g", "recurrent": "g"}),
+    "delta_rule": Peer("fla.ops.delta_rule", {"chunk": "g", "recurrent": "g"}, _NO_L2NORM),
+    "gated_delta_rule": Peer("fla.ops.gated_delta_rule", {"chunk": "g", "recurrent": "g"},
+                             _NO_L2NORM),
+    "kda": Peer("fla.ops.kda", {"chunk": "g", "recurrent": "g"}, _NO_L2NORM),
 }
 
 
 @dataclass(frozen=True)
 class OpSpec:
-    name: str  # torch.ops.lav.<name>, and FLA's function of the same name
+    name: str  # torch.ops.lav.<name>
     family: str
     variant: str
-    inputs: tuple  # the declared tensors a case of the default options draws, in order
+    inputs: tuple  # the declared tensors a case of the peer's options draws, in order
     shapes: dict  # declared name -> shape letters ("B T H K"), every tensor of the family
     fla_module: str
+    fla_function: str  # FLA's function timed against it: the same name, or chunk_<family>
     fla_gate_kwarg: str  # how FLA's function names the gate argument
+    options: dict  # the family's options given to both sides (Peer.options)
 
 
 def op_name(family: str, variant: str) -> str:
@@ -164,10 +185,11 @@ def _holds(when: str, options: dict) -> bool:
     return (options.get(option) == value) != negated
 
 
-def lav_ops(listing: dict) -> tuple[dict, list[str]]:
+def lav_ops(listing: dict, fla_variant: str = "same") -> tuple[dict, list[str]]:
     """The ops to benchmark, from `lav list --format json`: one per variant with a CUDA row
     (every row's variant in a build without CUDA rows, for --dry-run), for the families in
-    PEERS; and notes on what was left out."""
+    PEERS; and notes on what was left out. fla_variant "chunk" pairs every op with FLA's chunk
+    function of its family, the one FLA's speed is usually quoted for."""
     cuda = any(r["device"] == "cuda" for f in listing["families"] for r in f["rows"])
     ops, notes = {}, []
     if not cuda:
@@ -180,15 +202,17 @@ def lav_ops(listing: dict) -> tuple[dict, list[str]]:
             notes.append(f"{fam['name']}: lav has rows for it, but this script has no inputs, "
                          f"reference or FLA peer for it; not benchmarked")
             continue
-        defaults = {name: values[0] for name, values in fam["options"].items()}
-        inputs = tuple(t["name"] for t in fam["tensors"]
-                       if t["role"] in ("input", "gate") and _holds(t["when"], defaults))
-        shapes = {t["name"]: t["shape"] for t in fam["tensors"]}
         peer = PEERS[fam["name"]]
+        options = {name: values[0] for name, values in fam["options"].items()} | peer.options
+        inputs = tuple(t["name"] for t in fam["tensors"]
+                       if t["role"] in ("input", "gate") and _holds(t["when"], options))
+        shapes = {t["name"]: t["shape"] for t in fam["tensors"]}
         for variant in dict.fromkeys(variants):
             name = op_name(fam["name"], variant)
+            fla = variant if fla_variant == "same" else "chunk"
             ops[name] = OpSpec(name, fam["name"], variant, inputs, shapes, peer.fla_module,
-                               peer.fla_gate_kwarg.get(variant, "g"))
+                               op_name(fam["name"], fla), peer.fla_gate_kwarg.get(fla, "g"),
+                               peer.options)
     return ops, notes
 
 
@@ -201,7 +225,7 @@ def find_lav(path: str) -> str:
     return path
 
 
-def list_ops(lav: str) -> tuple[dict, list[str]]:
+def list_ops(lav: str, fla_variant: str) -> tuple[dict, list[str]]:
     """lav_ops() of what `lav list --format json` prints; SystemExit when lav cannot run."""
     lav = find_lav(lav)
     try:
@@ -213,7 +237,7 @@ def list_ops(lav: str) -> tuple[dict, list[str]]:
     if proc.returncode != 0:
         raise SystemExit(f"error: {lav} list --format json failed ({proc.returncode}): "
                          f"{proc.stderr.strip()[:400]}")
-    return lav_ops(json.loads(proc.stdout))
+    return lav_ops(json.loads(proc.stdout), fla_variant)
 
 
 def input_names(spec: OpSpec) -> list[str]:
@@ -229,6 +253,8 @@ def make_inputs(family: str, shape: Shape, dtype, device) -> dict:
         x = torch.randn(B, T, H * D, dtype=dtype, device=device)
         g = F.logsigmoid(torch.randn(B, T, H * D, dtype=dtype, device=device))
         return {"x": x, "g": g}
+    if family in ("delta_rule", "gated_delta_rule", "kda"):
+        return delta_inputs(family, shape, dtype, device)
     q = torch.randn(B, T, H, D, dtype=dtype, device=device)
     k = torch.randn(B, T, H, D, dtype=dtype, device=device)
     v = torch.randn(B, T, H, D, dtype=dtype, device=device)
@@ -238,6 +264,26 @@ def make_inputs(family: str, shape: Shape, dtype, device) -> dict:
         # fla's registry clamps the per-key gate of chunk_gla at -5
         g = F.logsigmoid(torch.randn(B, T, H, D, dtype=dtype, device=device)).clamp_min(-5)
     return {"q": q, "k": k, "v": v, "g": g}
+
+
+def delta_inputs(family: str, shape: Shape, dtype, device) -> dict:
+    """The delta rules' inputs as FLA's tests draw them, in declaration order: q and k
+    L2-normalised in float32 (I - beta k k^T keeps the state bounded only while
+    beta ||k||^2 <= 2), beta = sigmoid(randn) [B, T, H], and the gate."""
+    B, T, H, D = shape.B, shape.T, shape.H, shape.D
+    q, k = (F.normalize(torch.randn(B, T, H, D, device=device), p=2, dim=-1).to(dtype)
+            for _ in range(2))
+    v = torch.randn(B, T, H, D, dtype=dtype, device=device)
+    ins = {"q": q, "k": k, "v": v}
+    if family == "gated_delta_rule":
+        ins["g"] = F.logsigmoid(torch.randn(B, T, H, dtype=dtype, device=device))
+    elif family == "kda":
+        # FLA's benchmark registry (benchmarks/ops/registry.py, not in the 0.6.0 wheel) draws
+        # logsigmoid(randn) for chunk_kda but runs it with safe_gate and lower_bound -5, which
+        # take gates in [-5, 0); clamped there, as gla's are
+        ins["g"] = F.logsigmoid(torch.randn(B, T, H, D, dtype=dtype, device=device)).clamp_min(-5)
+    ins["beta"] = torch.randn(B, T, H, dtype=dtype, device=device).sigmoid()
+    return ins
 
 
 def slice_heads(family: str, name: str, t, heads: int, D: int):
@@ -317,6 +363,57 @@ def ref_gla(q, k, v, g, scale: float, chunk: int = 16):
     return torch.cat(outs, dim=2).transpose(1, 2), S
 
 
+def ref_delta(q, k, v, beta, g, scale: float, chunk: int = 64):
+    """o_t = scale * q_t S_t, S_t = D_t S_{t-1} + k_t^T u_t, u_t = beta_t (v_t - k_t D_t S_{t-1})
+    with D_t = 1 (delta_rule, g None), exp(g_t) (gated_delta_rule, g [B,T,H]) or diag(exp(g_t))
+    (kda, g [B,T,H,K]); beta [B,T,H].
+
+    A chunk's u_t solve one unit lower-triangular system (the WY form):
+    (I + strict_lower(beta_t k_t . k_s e^{G_t - G_s})) U = beta (V - (k e^G) S_0), G the gates'
+    cumulative sum from the chunk's start (per key for kda).
+    """
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    per_key = g is not None and g.dim() == 4
+    if g is None:
+        g = q.new_zeros(B, T, H)
+    if per_key:
+        # kda's decay does not factor out of k_t . k_s: split exponentials as in ref_gla
+        chunk = _safe_chunk(g, min(chunk, 16))
+    S = q.new_zeros(B, H, K, V)  # [B, H, K, V]
+    outs = []
+    for s in range(0, T, chunk):
+        e = min(s + chunk, T)
+        qc = q[:, s:e].transpose(1, 2) * scale  # [B, H, c, K]
+        kc = k[:, s:e].transpose(1, 2)  # [B, H, c, K]
+        vc = v[:, s:e].transpose(1, 2)  # [B, H, c, V]
+        bc = beta[:, s:e].transpose(1, 2)[..., None]  # [B, H, c, 1]
+        gc = g[:, s:e].transpose(1, 2).cumsum(2)  # [B, H, c] or [B, H, c, K]
+        c = e - s
+        causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+        if per_key:
+            kg = kc * gc.exp()  # [B, H, c, K]
+            k_minus = kc * (-gc).exp()
+            qg = qc * gc.exp()
+            kk, qk = kg @ k_minus.transpose(-1, -2), qg @ k_minus.transpose(-1, -2)
+        else:
+            # exact decay matrix, masked before exp as in ref_simple_gla
+            decay = (gc[..., :, None] - gc[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+            gc = gc[..., None]  # [B, H, c, 1]
+            kg, qg = kc * gc.exp(), qc * gc.exp()
+            kk = (kc @ kc.transpose(-1, -2)) * decay
+            qk = (qc @ kc.transpose(-1, -2)) * decay
+        strict = causal.tril(-1)
+        lower = torch.eye(c, dtype=q.dtype, device=q.device) + (bc * kk).masked_fill(~strict, 0.0)
+        u = torch.linalg.solve_triangular(lower, bc * (vc - kg @ S), upper=False,
+                                          unitriangular=True)  # [B, H, c, V]
+        o = qg @ S + qk.masked_fill(~causal, 0.0) @ u
+        glast = gc[:, :, -1:]  # [B, H, 1, K or 1]
+        S = glast.exp().transpose(-1, -2) * S + (kc * (glast - gc).exp()).transpose(-1, -2) @ u
+        outs.append(o)
+    return torch.cat(outs, dim=2).transpose(1, 2), S
+
+
 def ref_hgrn(x, g, chunk: int = 64):
     """h_t = exp(g_t) * h_{t-1} + x_t, o_t = h_t; x, g [B,T,W]; returns (o, h_T)."""
     B, T, W = x.shape
@@ -337,6 +434,9 @@ def run_reference(family: str, ins: dict, acc_dtype, out_dtype=None):
     up = {n: t.to(acc_dtype) for n, t in ins.items()}
     if family == "hgrn":
         o, ht = ref_hgrn(up["x"], up["g"])
+    elif "beta" in up:
+        o, ht = ref_delta(up["q"], up["k"], up["v"], up["beta"], up.get("g"),
+                          up["q"].shape[-1] ** -0.5)
     else:
         scale = up["q"].shape[-1] ** -0.5
         fn = ref_simple_gla if family == "simple_gla" else ref_gla
@@ -356,14 +456,20 @@ def naive_recurrent(family: str, ins: dict):
             h = g[:, t].exp() * h + x[:, t]
             outs.append(h)
         return torch.stack(outs, 1), h
-    q, k, v, g = ins["q"], ins["k"], ins["v"], ins["g"]
+    # linear attention writes u_t = v_t; the delta rules u_t = beta_t (v_t - k_t S'), with S'
+    # the decayed state
+    q, k, v, g, beta = ins["q"], ins["k"], ins["v"], ins.get("g"), ins.get("beta")
     B, T, H, K = q.shape
     scale = K ** -0.5
     S = q.new_zeros(B, H, K, v.shape[-1])
     outs = []
     for t in range(T):
-        decay = g[:, t].exp()[..., None, None] if g.dim() == 3 else g[:, t].exp()[..., None]
-        S = decay * S + k[:, t, :, :, None] * v[:, t, :, None, :]
+        if g is not None:
+            S = (g[:, t].exp()[..., None, None] if g.dim() == 3 else g[:, t].exp()[..., None]) * S
+        u = v[:, t]
+        if beta is not None:
+            u = beta[:, t, :, None] * (u - (k[:, t, :, None, :] @ S)[:, :, 0])
+        S = S + k[:, t, :, :, None] * u[:, :, None, :]
         outs.append((q[:, t, :, None, :] * scale @ S)[:, :, 0])
     return torch.stack(outs, 1), S
 
@@ -373,7 +479,10 @@ def check_reference(device) -> dict:
     results = {}
     for family, shape in [("simple_gla", Shape("B2_T100_H2_D8", 2, 100, 2, 8)),
                           ("gla", Shape("B2_T37_H2_D8", 2, 37, 2, 8)),
-                          ("hgrn", Shape("B2_T130_H2_D4", 2, 130, 2, 4))]:
+                          ("hgrn", Shape("B2_T130_H2_D4", 2, 130, 2, 4)),
+                          ("delta_rule", Shape("B2_T100_H2_D8", 2, 100, 2, 8)),
+                          ("gated_delta_rule", Shape("B2_T100_H2_D8", 2, 100, 2, 8)),
+                          ("kda", Shape("B2_T37_H2_D8", 2, 37, 2, 8))]:
         ins = {n: t.double().requires_grad_() for n, t in
                make_inputs(family, shape, torch.float64, device).items()}
         do = torch.randn_like(ins["x" if family == "hgrn" else "v"])
@@ -427,6 +536,14 @@ class Impl:
     stand_in: bool = False
 
 
+def scaled(kwargs: dict) -> dict:
+    """The tensors by name, with scale = K^-0.5 given explicitly where there is a q, so that
+    lav's op and FLA's function take the same one (hgrn has none)."""
+    if "q" in kwargs:
+        kwargs["scale"] = kwargs["q"].shape[-1] ** -0.5
+    return kwargs
+
+
 def lav_impl(spec: OpSpec, lib_state: dict) -> Impl:
     if not lib_state["loaded"]:
         return Impl("ours", False, lib_state["error"])
@@ -441,7 +558,7 @@ def lav_impl(spec: OpSpec, lib_state: dict) -> Impl:
         # a tensor one axis short of its declared shape is FLA's head-less [B, T, D] (hgrn):
         # lav's [B, T, H, K] with one head, and the results lose that axis again
         squeeze = {}
-        kwargs = {}
+        kwargs = dict(spec.options)
         for name, t in zip(names, ts):
             axes = spec.shapes[name].split()
             if t.dim() == len(axes) - 1 and "H" in axes:
@@ -449,7 +566,7 @@ def lav_impl(spec: OpSpec, lib_state: dict) -> Impl:
                 squeeze = {o: spec.shapes[o].split().index("H") for o in ("o", "ht")
                            if o in spec.shapes and "H" in spec.shapes[o].split()}
             kwargs[name] = t
-        o, ht = fn(**kwargs)
+        o, ht = fn(**scaled(kwargs))
         if squeeze:
             o, ht = o.squeeze(squeeze["o"]), ht.squeeze(squeeze["ht"])
         return o, ht
@@ -463,14 +580,13 @@ def fla_impl(spec: OpSpec, fla_state: dict) -> Impl:
     try:
         import importlib
 
-        fn = getattr(importlib.import_module(spec.fla_module), spec.name)
+        fn = getattr(importlib.import_module(spec.fla_module), spec.fla_function)
     except Exception as e:  # noqa: BLE001 - any import failure means the peer is unavailable
-        return Impl("FLA", False, f"{spec.fla_module}.{spec.name}: {short_error(e)}")
-    if spec.family == "hgrn":
-        return Impl("FLA", True, call=lambda x, g: fn(x, g, output_final_state=True))
-    kw = spec.fla_gate_kwarg
-    return Impl("FLA", True,
-                call=lambda q, k, v, g: fn(q, k, v, **{kw: g}, output_final_state=True))
+        return Impl("FLA", False, f"{spec.fla_module}.{spec.fla_function}: {short_error(e)}")
+    names = [spec.fla_gate_kwarg if n == "g" else n for n in input_names(spec)]
+    flags = {option: value == "true" for option, value in spec.options.items()}
+    return Impl("FLA", True, call=lambda *ts: fn(**scaled(dict(zip(names, ts))), **flags,
+                                                 output_final_state=True))
 
 
 def stand_in_impl(spec: OpSpec, label: str, why: str) -> Impl:
@@ -768,6 +884,9 @@ def run_impl(rec: dict, impl: Impl, spec: OpSpec, ins: dict, do, ref: dict | Non
 
     def fwd_bwd():
         o, _ = impl.call(*leaves)
+        if o.grad_fn is None:
+            # fused_recurrent_kda: FLA's inference kernel runs outside autograd
+            raise RuntimeError("no backward: the output carries no autograd graph")
         return torch.autograd.grad(o, leaves, do, allow_unused=True)
 
     passes: dict[str, dict] = {"fwd": {}, "fwd+bwd": {}}
@@ -871,8 +990,11 @@ def run_case(spec: OpSpec, shape: Shape, impls: list[Impl], dtype, device: str, 
     case.update({
         "op": spec.name, "shape": shape.name,
         "dims": {"B": shape.B, "T": shape.T, "H": shape.H, "D": shape.D},
-        "dtype": args.dtype,
+        "dtype": args.dtype, "inputs": input_names(spec),
+        "fla_function": f"{spec.fla_module}.{spec.fla_function}",
     })
+    if spec.options:
+        case["options"] = spec.options
     if spec.family == "hgrn":
         case["dims"]["W"] = shape.H * shape.D
         case["note"] = "hgrn has no heads: it runs on x, g [B, T, W] with W = H * D"
@@ -950,7 +1072,9 @@ def table_rows(results: list[dict], err_slack: float) -> list[list[str]]:
     for case in results:
         ours, fla = case["impls"].get("ours"), case["impls"].get("FLA")
         shape = case["shape"] + (f" (W={case['dims']['W']})" if "W" in case["dims"] else "")
-        fam_inputs = ["x", "g"] if "W" in case["dims"] else ["q", "k", "v", "g"]
+        # runs from before cases recorded their inputs: hgrn's or q, k, v, g
+        fam_inputs = case.get("inputs") or (["x", "g"] if "W" in case["dims"] else
+                                            ["q", "k", "v", "g"])
         for pname, tensors in (("fwd", ["o", "ht"]), ("fwd+bwd", ["d" + n for n in fam_inputs])):
             po, pf = _pass(ours, pname), _pass(fla, pname)
             key = headline_key(po or pf or {})
@@ -1020,8 +1144,14 @@ def markdown(doc: dict) -> str:
         "gradients. first call: wall time of the first call in this process (FLA's includes "
         "Triton JIT and autotuning; the Triton cache starts empty unless --triton-cache).",
         "bandwidth: " + BYTES_FORMULA["qkv"]["fwd+bwd"] + "; hgrn: "
-        + BYTES_FORMULA["hgrn"]["fwd+bwd"] + ". " + BYTES_FORMULA["note"],
+        + BYTES_FORMULA["hgrn"]["fwd+bwd"] + "; the delta rules: "
+        + BYTES_FORMULA["delta"]["fwd+bwd"] + ". " + BYTES_FORMULA["note"],
     ]
+    timed = {c["op"]: c["fla_function"] for c in doc["results"] if "fla_function" in c}
+    if timed:
+        lines.append(f"FLA's function timed against each op (--fla-variant "
+                     f"{doc['config'].get('fla_variant', 'same')}): "
+                     + ", ".join(f"{op}: {fn}" for op, fn in timed.items()) + ".")
     notes = []
     stand_ins = {}
     for case in doc["results"]:
@@ -1100,6 +1230,11 @@ def parse_args(argv=None):
     p.add_argument("--fla-wheels", default=".devdeps/wheels",
                    help="folder with fla_core-*.whl and einops-*.whl (default: %(default)s)")
     p.add_argument("--no-fla", action="store_true", help="report ours alone")
+    p.add_argument("--fla-variant", choices=["same", "chunk"], default="same",
+                   help="FLA's function to time against lav's op: 'same' (fused_recurrent_kda "
+                        "against fused_recurrent_kda) or 'chunk' (FLA's chunk_<family> against "
+                        "every op of the family, e.g. fused_recurrent_kda against chunk_kda) "
+                        "(default: %(default)s)")
     p.add_argument("--peak-gbps", type=float, default=None,
                    help="peak HBM bandwidth in GB/s (default: from the device name)")
     p.add_argument("--ref-heads", type=int, default=16,
@@ -1184,7 +1319,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.merge:
         return merge(args)
-    ops, op_notes = list_ops(args.lav)
+    ops, op_notes = list_ops(args.lav, args.fla_variant)
     args.ops = select_ops(args.ops, ops)
     for note in op_notes:
         log(f"ops: {note}")
@@ -1229,6 +1364,7 @@ def main(argv=None) -> int:
         "environment": env,
         "config": {"dtype": args.dtype, "iters": args.iters, "warmup": args.warmup,
                    "flush_l2": args.flush_l2 and device == "cuda", "ops": args.ops,
+                   "fla_variant": args.fla_variant,
                    "shapes": [s.name for s in shapes], "ref_heads": args.ref_heads,
                    "dry_run": args.dry_run, "device": device, "err_slack": args.err_slack,
                    "timer": ("profiler kernel sum; CUDA events (eager)" if device == "cuda"
