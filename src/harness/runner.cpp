@@ -321,8 +321,9 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                         LAV_ASSERT(results.count(m.name) || !row.automatic, variant,
                                    " returned no ", m.name);
                         LAV_CHECK(results.count(m.name), row.backend, " ", variant, " ", c.family,
-                                  " gives no ", m.name, ", so this record cannot be judged (every ",
-                                  backward ? "gradient" : "output", " the family declares is)");
+                                  " gives no ", m.name, "; a record is judged on every ",
+                                  backward ? "gradient" : "output", " ", c.family,
+                                  " declares, so this one cannot be");
                     }
                     for (const auto& m : measured)
                         judge(c, m, results.at(m.name), gold.at(m.name), r.contract, bad_inputs, r);
