@@ -315,6 +315,12 @@ def _safe_chunk(g, want: int) -> int:
     return max(1, min(want, int(600.0 / worst)))
 
 
+def chunk_views(q, k, v, s: int, e: int, scale: float):
+    """Steps s..e of q (scaled), k and v as [B, H, c, *]: the chunk the references work on."""
+    return (q[:, s:e].transpose(1, 2) * scale, k[:, s:e].transpose(1, 2),
+            v[:, s:e].transpose(1, 2))
+
+
 def ref_simple_gla(q, k, v, g, scale: float, chunk: int = 64):
     """o_t = scale * q_t S_t, S_t = exp(g_t) S_{t-1} + k_t^T v_t; q,k,v [B,T,H,*], g [B,T,H]."""
     B, T, H, K = q.shape
@@ -323,12 +329,9 @@ def ref_simple_gla(q, k, v, g, scale: float, chunk: int = 64):
     outs = []
     for s in range(0, T, chunk):
         e = min(s + chunk, T)
-        qc = q[:, s:e].transpose(1, 2) * scale  # [B, H, c, K]
-        kc = k[:, s:e].transpose(1, 2)  # [B, H, c, K]
-        vc = v[:, s:e].transpose(1, 2)  # [B, H, c, V]
+        qc, kc, vc = chunk_views(q, k, v, s, e, scale)
         gc = g[:, s:e].transpose(1, 2).cumsum(-1)  # [B, H, c]
-        c = e - s
-        causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+        causal = torch.ones(e - s, e - s, dtype=torch.bool, device=q.device).tril()
         # exact decay matrix: mask before exp so exp never sees the (positive) upper triangle
         decay = (gc[..., :, None] - gc[..., None, :]).masked_fill(~causal, float("-inf")).exp()
         o = ((qc @ kc.transpose(-1, -2)) * decay) @ vc + (qc * gc.exp()[..., None]) @ S
@@ -347,12 +350,9 @@ def ref_gla(q, k, v, g, scale: float, chunk: int = 16):
     outs = []
     for s in range(0, T, chunk):
         e = min(s + chunk, T)
-        qc = q[:, s:e].transpose(1, 2) * scale  # [B, H, c, K]
-        kc = k[:, s:e].transpose(1, 2)  # [B, H, c, K]
-        vc = v[:, s:e].transpose(1, 2)  # [B, H, c, V]
+        qc, kc, vc = chunk_views(q, k, v, s, e, scale)
         gc = g[:, s:e].transpose(1, 2).cumsum(2)  # [B, H, c, K]
-        c = e - s
-        causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+        causal = torch.ones(e - s, e - s, dtype=torch.bool, device=q.device).tril()
         qg = qc * gc.exp()  # [B, H, c, K]
         kg = kc * (-gc).exp()  # [B, H, c, K]
         A = (qg @ kg.transpose(-1, -2)).masked_fill(~causal, 0.0)  # [B, H, c, c]
@@ -384,13 +384,10 @@ def ref_delta(q, k, v, beta, g, scale: float, chunk: int = 64):
     outs = []
     for s in range(0, T, chunk):
         e = min(s + chunk, T)
-        qc = q[:, s:e].transpose(1, 2) * scale  # [B, H, c, K]
-        kc = k[:, s:e].transpose(1, 2)  # [B, H, c, K]
-        vc = v[:, s:e].transpose(1, 2)  # [B, H, c, V]
+        qc, kc, vc = chunk_views(q, k, v, s, e, scale)
         bc = beta[:, s:e].transpose(1, 2)[..., None]  # [B, H, c, 1]
         gc = g[:, s:e].transpose(1, 2).cumsum(2)  # [B, H, c] or [B, H, c, K]
-        c = e - s
-        causal = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+        causal = torch.ones(e - s, e - s, dtype=torch.bool, device=q.device).tril()
         if per_key:
             kg = kc * gc.exp()  # [B, H, c, K]
             k_minus = kc * (-gc).exp()
@@ -404,7 +401,8 @@ def ref_delta(q, k, v, beta, g, scale: float, chunk: int = 64):
             kk = (kc @ kc.transpose(-1, -2)) * decay
             qk = (qc @ kc.transpose(-1, -2)) * decay
         strict = causal.tril(-1)
-        lower = torch.eye(c, dtype=q.dtype, device=q.device) + (bc * kk).masked_fill(~strict, 0.0)
+        lower = (torch.eye(e - s, dtype=q.dtype, device=q.device)
+                 + (bc * kk).masked_fill(~strict, 0.0))
         u = torch.linalg.solve_triangular(lower, bc * (vc - kg @ S), upper=False,
                                           unitriangular=True)  # [B, H, c, V]
         o = qg @ S + qk.masked_fill(~causal, 0.0) @ u

@@ -23,6 +23,8 @@ while [[ $# -gt 0 ]]; do
         *) echo "tools/baselines.sh: unknown option '$1'" >&2; exit 2 ;;
     esac
 done
+[[ "$per_gpu" == 1 || "$shards" -gt 0 ]] || {
+    echo "tools/baselines.sh: --per-gpu needs --shards G (the GPUs to share out)" >&2; exit 2; }
 run_args=(scenarios/nightly)
 if "$lav" version | grep -q ', CUDA' && nvidia-smi -L >/dev/null 2>&1; then
     gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 | grep -oE '[A-Z][0-9]+' | head -1)"
