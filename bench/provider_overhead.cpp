@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -104,9 +105,7 @@ std::string settings_json(const Call& call) {
     return out + "}";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
     if (argc < 3) {
         std::cerr << "usage: bench_provider_overhead PROVIDER SCENARIO [REPEATS] [ROUNDS]\n";
         return 2;
@@ -162,4 +161,16 @@ int main(int argc, char** argv) {
         }
     }
     return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    // a bad scenario or provider is reported as lav run reports it, not as an abort
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::cerr << "bench_provider_overhead: " << e.what() << "\n";
+        return 2;
+    }
 }

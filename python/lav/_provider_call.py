@@ -53,9 +53,13 @@ def device(mod):
 
 
 def bind(mod, fn, family, variant):
-    """The callable lav runs: `fn`, preceded by the module's unsupported() check if it has one."""
+    """The callable lav runs: `fn`, preceded by the module's unsupported() check if it has one,
+    with the keyword names `fn` takes (None: it takes any). Reading a signature costs more than
+    the rest of a call's handling, so it is read once here, not per call."""
     unsupported = getattr(mod, "unsupported", None)
-    return (fn, unsupported, family, variant)
+    params = inspect.signature(fn).parameters
+    takes_any = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return (fn, unsupported, family, variant, None if takes_any else frozenset(params))
 
 
 def _tensor(capsule):
@@ -81,7 +85,7 @@ def _settings(settings):
 def arguments(bound, tensors, settings):
     """The provider's function and the keyword arguments lav calls it with (tensors and
     settings as _settings makes them), after its unsupported() check."""
-    fn, unsupported, family, variant = bound
+    fn, unsupported, family, variant, accepted = bound
     options = {k: v for k, v in settings.items() if isinstance(v, str)}
     if unsupported is not None:
         reason = unsupported(family, variant, options)
@@ -91,9 +95,8 @@ def arguments(bound, tensors, settings):
     kwargs = {(k + "_option" if k in tensors else k): v for k, v in settings.items()}
     kwargs.update(tensors)
     # a function that does not take every setting gets the ones it names
-    params = inspect.signature(fn).parameters
-    if not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    if accepted is not None:
+        kwargs = {k: v for k, v in kwargs.items() if k in accepted}
     return fn, kwargs
 
 
