@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # tools/shards.sh — lav run shards side by side on this host's GPUs, then lav merge.
 #
-#   tools/shards.sh --out run.h5 [--gpus G] [--per-gpu P] [--junit run.xml] -- <lav run arguments>
+#   tools/shards.sh --out run.h5 [--gpus G] [--per-gpu P] [--junit run.xml] [--resume] -- <lav run arguments>
 #   e.g. tools/shards.sh --out run.h5 --junit run.xml -- scenarios/nightly
 #        tools/shards.sh --out run.h5 --gpus 1 --per-gpu 2 -- scenarios/nightly
-#        tools/shards.sh --out fla.h5 --per-gpu 8 -- scenarios/fla --provider lav.providers.fla \
-#            --backend auto,fla --triton-cache /tmp/triton --shard-by family
+#        tools/shards.sh --out fla.h5 --per-gpu 15 -- scenarios/fla --provider lav.providers.fla \
+#            --backend auto,fla --triton-cache /tmp/triton --shard-by dtypes
 #
 # N = G × P shards: shard K of N runs with CUDA_VISIBLE_DEVICES=(K-1) mod G and writes
 # <out less .h5>.shard-K-of-N.h5 (its log beside it, .log); once all have ended, their reports are
@@ -13,16 +13,19 @@
 # shards share each GPU, which pays where a run waits on launches or on the CPU more than on the
 # GPU (the nightly's fp64 references: two shards on one H100 took 0.45 of the whole run's time).
 # Each shard gets --threads nproc/N unless the arguments give --threads. LAV names the lav binary
-# (default: build/src/lav, else lav on PATH). Exits with the first failing shard's code (a
+# (default: build/src/lav, else lav on PATH). --resume, with the same arguments as before, keeps
+# the shards whose reports are complete, finishes those a deadline or a kill stopped (lav run
+# --resume) and runs those with no report yet. Exits with the first failing shard's code (a
 # verification failure, 1, still merges), else lav merge's.
 set -euo pipefail
-out="" gpus="" per_gpu=1 junit=()
+out="" gpus="" per_gpu=1 junit=() resume=0
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --out) out="$2"; shift 2 ;;
         --gpus) gpus="$2"; shift 2 ;;
         --per-gpu) per_gpu="$2"; shift 2 ;;
         --junit) junit=(--junit "$2"); shift 2 ;;
+        --resume) resume=1; shift ;;
         --) shift; break ;;
         *) echo "tools/shards.sh: unknown option '$1' (put lav run's arguments after --)" >&2; exit 2 ;;
     esac
@@ -48,13 +51,25 @@ pids=() shards=()
 for ((k = 1; k <= n; k++)); do
     shard="${out%.h5}.shard-$k-of-$n.h5"
     shards+=("$shard")
+    where=(--out "$shard")
+    if [[ $resume -eq 1 && -f "$shard" ]]; then
+        if "$lav" show "$shard" --format json 2>/dev/null | grep -q '"complete": true'; then
+            pids+=("")
+            continue
+        fi
+        where=(--resume "$shard")
+    fi
     CUDA_VISIBLE_DEVICES=$(((k - 1) % gpus)) "$lav" run "$@" "${threads[@]}" --shard "$k/$n" \
-        --out "$shard" -q \
-        >"$shard.log" 2>&1 &
+        "${where[@]}" -q \
+        >>"$shard.log" 2>&1 &
     pids+=($!)
 done
 status=0
 for ((k = 1; k <= n; k++)); do
+    if [[ -z "${pids[$((k - 1))]}" ]]; then
+        echo "shard $k/$n: complete, kept"
+        continue
+    fi
     code=0
     wait "${pids[$((k - 1))]}" || code=$?
     echo "shard $k/$n: exit $code, $(tail -n 1 "${shards[$((k - 1))]}.log")"

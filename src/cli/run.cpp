@@ -24,6 +24,7 @@
 #include "cli/shard.h"
 #include "cli/stored_scenarios.h"
 #include "core/build_info.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "harness/backend.h"
 #include "harness/runner.h"
@@ -207,6 +208,20 @@ std::string selection_of(const std::vector<Planned>& selected, const report::Run
     return selection_digest(records, parts);
 }
 
+// The group --shard-by keeps in one shard ("" for each case alone). `dtypes` groups the cases
+// of a scenario that share their input and state dtypes: those a provider that specialises its
+// kernels by dtype (FLA's Triton) compiles the same kernels for, whatever their layout or seed.
+std::string shard_group(const scenario::Case& c, const std::string& shard_by) {
+    if (shard_by == "family") return c.family;
+    if (shard_by == "scenario") return c.name;
+    if (shard_by != "dtypes") return "";
+    std::string group = c.name + " " + std::string(dtype_name(c.input_dtype)) + " " +
+                        std::string(dtype_name(c.state_dtype));
+    for (const auto& [state, dtype] : c.state_dtypes)
+        group += " " + state + "=" + std::string(dtype_name(dtype));
+    return group;
+}
+
 }  // namespace
 
 int cmd_run(const std::vector<std::string>& args, const std::string& command_line) {
@@ -298,10 +313,12 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
         "shard", po::value(&shard_text)->value_name("K/N"),
         "run shard K of N of the selected cases (1 <= K <= N): each case goes to one shard, the "
         "same for every K, balanced by estimated cost; `lav merge` joins the N reports")(
-        "shard-by", po::value(&shard_by)->default_value("case")->value_name("case|family|scenario"),
-        "what --shard keeps together: each case alone (default, the most even split), or all "
-        "cases of a family or of a scenario in one shard, so that a provider compiles its kernels "
-        "(FLA's Triton JIT and autotuning) once instead of in every shard")(
+        "shard-by",
+        po::value(&shard_by)->default_value("case")->value_name("case|family|scenario|dtypes"),
+        "what --shard keeps together: each case alone (default, the most even split); all cases "
+        "of a family or of a scenario; or a scenario's cases of the same input and state dtypes "
+        "(dtypes): so that a provider compiles its kernels (FLA's Triton JIT and autotuning) "
+        "once instead of in every shard, dtypes spreading that work widest")(
         "strict-boundary", po::bool_switch(),
         "fail a case whose prologue hands the kernel a dtype, shape or layout its contract "
         "refuses (default: report it, fix it, and measure)")(
@@ -345,8 +362,10 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
                  usage_line("run", options, positional));
     RecordSelection selection(filter_text, std::move(rerun));
     const Shard shard = shard_text.empty() ? Shard{} : parse_shard(shard_text);
-    LAV_CHECK_AS(UsageError, shard_by == "case" || shard_by == "family" || shard_by == "scenario",
-                 "--shard-by takes case, family or scenario, got '", shard_by, "'");
+    LAV_CHECK_AS(UsageError,
+                 shard_by == "case" || shard_by == "family" || shard_by == "scenario" ||
+                     shard_by == "dtypes",
+                 "--shard-by takes case, family, scenario or dtypes, got '", shard_by, "'");
     LAV_CHECK_AS(
         UsageError,
         reference_device == "auto" || reference_device == "cpu" || reference_device == "cuda",
@@ -448,10 +467,7 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     if (!shard.whole()) {
         std::vector<ShardItem> items;
         for (const auto& p : selected)
-            items.push_back({p.c.id, estimated_work(p),
-                             shard_by == "family"     ? p.c.family
-                             : shard_by == "scenario" ? p.c.name
-                                                      : ""});
+            items.push_back({p.c.id, estimated_work(p), shard_group(p.c, shard_by)});
         std::vector<Planned> mine;
         for (const size_t i : shard_positions(items, shard)) mine.push_back(std::move(selected[i]));
         selected = std::move(mine);

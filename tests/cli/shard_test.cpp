@@ -172,8 +172,35 @@ TEST(Shard, ByFamilyKeepsEachFamilyInOneShard) {
     const Result bad =
         lav("run " + scenario_dir() + " --shard 1/2 --shard-by file --out " + scratch("never.h5"));
     EXPECT_EQ(bad.code, 2) << bad.output;
-    EXPECT_TRUE(has(bad.output, "--shard-by takes case, family or scenario, got 'file'"))
+    EXPECT_TRUE(has(bad.output, "--shard-by takes case, family, scenario or dtypes, got 'file'"))
         << bad.output;
+}
+
+// simple_gla's four cases are two dtype groups (bf16, fp32 inputs) of two layouts each
+TEST(Shard, ByDtypesKeepsAScenariosCasesOfOneDtypeTogether) {
+    std::map<std::string, std::set<int>> shards_of;  // scenario and input dtype -> its shards
+    std::set<std::string> ids;
+    std::vector<std::string> paths;
+    for (int k = 1; k <= 3; ++k) {
+        paths.push_back(scratch("dtypes_" + std::to_string(k) + ".h5"));
+        const Result r = lav("run " + scenario_dir() + " -q --threads 2 --shard " +
+                             std::to_string(k) + "/3 --shard-by dtypes --out " + paths.back());
+        ASSERT_EQ(r.code, 0) << r.output;
+        for (const auto& c : report::read_report(paths.back()).cases) {
+            const std::string input =
+                c.id.find("dtypes.inputs=fp32") != std::string::npos ? "fp32" : "bf16";
+            shards_of[c.family + " " + input].insert(k);
+            ids.insert(c.id.substr(0, c.id.find("]/") + 1));
+        }
+    }
+    EXPECT_EQ(ids.size(), 10u);
+    ASSERT_EQ(shards_of.size(), 4u);  // simple_gla bf16 and fp32, gla, hgrn
+    for (const auto& [group, ks] : shards_of) EXPECT_EQ(ks.size(), 1u) << group;
+    // unlike --shard-by family, simple_gla's two dtype groups (its costliest) go to two shards
+    EXPECT_NE(*shards_of["simple_gla bf16"].begin(), *shards_of["simple_gla fp32"].begin());
+    const Result merge = lav("merge " + paths[0] + " " + paths[1] + " " + paths[2] + " --out " +
+                             scratch("dtypes_merged.h5"));
+    EXPECT_EQ(merge.code, 0) << merge.output;
 }
 
 TEST(Shard, StrictKOverN) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/cli/shards_script_test.sh LAV — tools/shards.sh on a CPU build: 2 shards sharing one
-# "GPU" (--gpus 1 --per-gpu 2) merge into the report the whole run writes, and bad counts exit 2.
+# "GPU" (--gpus 1 --per-gpu 2) merge into the report the whole run writes, also when --resume
+# runs one of them again; bad counts exit 2.
 set -uo pipefail
 lav="$1"
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -33,6 +34,14 @@ grep -q -- "--threads $threads --shard" "$dir/show.txt" ||
     fail "a shard did not get --threads $threads"
 "$lav" diff "$dir/whole.h5" "$dir/run.h5" >"$dir/diff.txt" 2>&1
 grep -q "^no differences" "$dir/diff.txt" || { cat "$dir/diff.txt"; fail "merge differs from the whole run"; }
+# --resume keeps a complete shard and runs again the one whose report is gone
+rm "$dir/run.shard-2-of-2.h5" "$dir/run.h5"
+LAV="$lav" "$root/tools/shards.sh" --gpus 1 --per-gpu 2 --resume --out "$dir/run.h5" -- "$dir/hgrn.toml" \
+    >"$dir/resume.out" 2>&1 || { cat "$dir/resume.out"; fail "tools/shards.sh --resume exited $?"; }
+grep -q "shard 1/2: complete, kept" "$dir/resume.out" || { cat "$dir/resume.out"; fail "shard 1 not kept"; }
+grep -q "shard 2/2: exit 0" "$dir/resume.out" || { cat "$dir/resume.out"; fail "shard 2 not run again"; }
+"$lav" diff "$dir/whole.h5" "$dir/run.h5" >"$dir/diff.txt" 2>&1
+grep -q "^no differences" "$dir/diff.txt" || { cat "$dir/diff.txt"; fail "resumed merge differs from the whole run"; }
 for bad in "--per-gpu 0" "--gpus x"; do
     LAV="$lav" "$root/tools/shards.sh" $bad --out "$dir/bad.h5" -- "$dir/hgrn.toml" >/dev/null 2>&1
     code=$?
