@@ -53,8 +53,12 @@ for ((k = 1; k <= n; k++)); do
     shards+=("$shard")
     where=(--out "$shard")
     if [[ $resume -eq 1 && -f "$shard" ]]; then
-        if "$lav" show "$shard" --format json 2>/dev/null | grep -q '"complete": true'; then
-            pids+=("")
+        shown="$("$lav" show "$shard" --format json 2>/dev/null || true)"
+        if [[ "$shown" == *'"complete": true'* ]]; then
+            # a kept shard's code is what its run exited with: 1 where a record failed or errored
+            kept=0
+            [[ "$shown" == *'"fail": 0, "error": 0}'* ]] || kept=1
+            pids+=("kept $kept")
             continue
         fi
         where=(--resume "$shard")
@@ -66,13 +70,14 @@ for ((k = 1; k <= n; k++)); do
 done
 status=0
 for ((k = 1; k <= n; k++)); do
-    if [[ -z "${pids[$((k - 1))]}" ]]; then
-        echo "shard $k/$n: complete, kept"
-        continue
-    fi
     code=0
-    wait "${pids[$((k - 1))]}" || code=$?
-    echo "shard $k/$n: exit $code, $(tail -n 1 "${shards[$((k - 1))]}.log")"
+    if [[ "${pids[$((k - 1))]}" == kept* ]]; then
+        code="${pids[$((k - 1))]#kept }"
+        echo "shard $k/$n: complete, kept (exit $code)"
+    else
+        wait "${pids[$((k - 1))]}" || code=$?
+        echo "shard $k/$n: exit $code, $(tail -n 1 "${shards[$((k - 1))]}.log")"
+    fi
     # 1 is a verification failure: the shard's report is complete and still merges
     if [[ $code -ne 0 && $status -eq 0 ]]; then status=$code; fi
 done
