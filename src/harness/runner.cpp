@@ -15,6 +15,7 @@
 #include "harness/audit.h"
 #include "harness/backend.h"
 #include "harness/decompose.h"
+#include "harness/dropped_cotangent.h"
 #include "harness/equivalence.h"
 #include "harness/inputs.h"
 #include "harness/judge.h"
@@ -284,6 +285,25 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
         if (!dumps.empty()) options.on_intermediates(dumps);
     }
 
+    // a failed backward is measured again against the reference without one cotangent, made
+    // once per case and cotangent, only when some record needs it
+    std::vector<std::string> cotangents;
+    for (const auto& [name, t] : cot.reference)
+        if (t.defined()) cotangents.push_back(name);
+    std::map<std::string, TensorMap> without;
+    const auto reference_without = [&](const std::string& name) -> const TensorMap& {
+        auto it = without.find(name);
+        if (it == without.end()) {
+            Call call = reference;
+            call.tensors[name] = at::zeros_like(call.tensors.at(name));
+            TensorMap g;
+            for (const auto& [n, t] : family.reference(call, true))
+                if (t.defined()) g[n] = t.cpu();
+            it = without.emplace(name, std::move(g)).first;
+        }
+        return it->second;
+    };
+
     const std::string bad_inputs = nonfinite_inputs(in.kernel);
     // the records wait for the case's last kernel: each carries what every kernel declares
     std::vector<CaseRecord> records;
@@ -327,6 +347,10 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                     }
                     for (const auto& m : measured)
                         judge(c, m, results.at(m.name), gold.at(m.name), r.contract, bad_inputs, r);
+                    if (backward)
+                        for (auto& f : dropped_cotangents(c, cotangents, results, r.metrics,
+                                                          reference_without))
+                            r.findings.push_back(std::move(f));
                     if (options.decompose)
                         for (auto& f : decompose(c, row, call, backward, measured, gold, r.metrics))
                             r.findings.push_back(std::move(f));

@@ -18,6 +18,7 @@ const std::vector<std::string>& finding_kinds() {
                                                    "CHUNK_BOUNDARY",
                                                    "SEGMENT_LEAK",
                                                    "TOLERANCE",
+                                                   "DROPPED_COTANGENT",
                                                    "DECOMPOSITION",
                                                    "EQUIVALENCE"};
     return kinds;

@@ -122,6 +122,39 @@ TEST(PythonProvider, AGradientTheProviderLeavesOutIsAnErrorRecord) {
     }
 }
 
+// A backward that never reads dht fails where the final state's gradient matters, and the
+// record names the cotangent it leaves out; lav's own row, which reads it, carries no such finding.
+TEST(PythonProvider, ABackwardThatDropsDhtIsNamed) {
+    const std::string out = test::scratch("no_dht.h5");
+    const test::Result run = test::lav(
+        "run tests/data/scenarios/providers/simple_gla_ops.toml --filter "
+        "'dtypes.inputs=fp32,layout=head_last]/recurrent' --provider "
+        "tests/providers/dropped_dht_provider.py --backend nodht,cpu --out " +
+        out);
+    EXPECT_EQ(run.code, 1) << run.output;
+    const report::Report rep = report::read_report(out);
+    ASSERT_EQ(rep.cases.size(), 4u);
+    for (const report::CaseRecord& r : rep.cases) {
+        std::vector<std::string> dropped;
+        for (const report::Finding& f : r.findings)
+            if (f.kind == "DROPPED_COTANGENT") dropped.push_back(f.tensor + ": " + f.message);
+        if (r.backend == "nodht" && r.pass == "bwd") {
+            EXPECT_EQ(r.verdict, "fail") << r.id;
+            ASSERT_EQ(dropped.size(), 1u) << r.id;
+            EXPECT_EQ(dropped[0].rfind("dht: ", 0), 0u) << dropped[0];
+            EXPECT_NE(dropped[0].find(" against the reference computed without dht, each within "
+                                      "its bound: the backward leaves out the gradient that comes "
+                                      "in through ht"),
+                      std::string::npos)
+                << dropped[0];
+            EXPECT_NE(dropped[0].find("dk "), std::string::npos) << dropped[0];
+        } else {
+            EXPECT_EQ(r.verdict, "pass") << r.id << ": " << r.message;
+            EXPECT_TRUE(dropped.empty()) << r.id << ": " << dropped[0];
+        }
+    }
+}
+
 // The ops a Python provider dispatches go through lav's own dispatcher, so the dtype tracer
 // sees them: the probe's bf16 q times an fp32 tensor is in each of its records' traces, and a
 // Python float (a 0-dim fp64 operand, which promotes nothing) is not.

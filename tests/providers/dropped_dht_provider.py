@@ -1,0 +1,23 @@
+"""A Python provider for lav's tests whose backward leaves out the final state's gradient.
+
+recurrent_simple_gla runs the tests' pure-PyTorch recurrence and hands back its final state
+detached, so autograd never sees dht: the fault of a kernel whose backward does not read the
+cotangent of its final state (FLA 0.6.0's fused_recurrent_rwkv6 is one).
+"""
+
+import importlib.util
+import os
+
+NAME = "nodht"
+DEVICE = "cpu"
+
+_spec = importlib.util.spec_from_file_location(
+    "torch_provider", os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_provider.py"))
+torchref = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(torchref)
+
+
+def recurrent_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seqlens, state_dtype):
+    o, ht = torchref.recurrent_simple_gla(q, k, v, g, h0, scale=scale, head_first=head_first,
+                                          cu_seqlens=cu_seqlens, state_dtype=state_dtype)
+    return o, ht.detach()
