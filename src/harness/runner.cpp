@@ -260,12 +260,16 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
     reference.layout = Layout::head_last;
     if (options.on_stage) options.on_stage("reference");
     const auto reference_start = std::chrono::steady_clock::now();
-    TensorMap gold;
-    for (const auto& [name, t] : family.reference(reference, c.backward)) {
-        if (!t.defined()) continue;  // an optional result the case does not have
-        LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
-        gold[name] = t.cpu();  // the measures run on the CPU, wherever the reference ran
-    }
+    const auto reference_results = [&](const Call& call) {
+        TensorMap out;
+        for (const auto& [name, t] : family.reference(call, c.backward)) {
+            if (!t.defined()) continue;  // an optional result the case does not have
+            LAV_ASSERT(t.scalar_type() == at::kDouble, "reference result ", name, " is not fp64");
+            out[name] = t.cpu();  // the measures run on the CPU, wherever the reference ran
+        }
+        return out;
+    };
+    const TensorMap gold = reference_results(reference);
     // every record of the case is measured against this one reference
     const double reference_seconds = seconds_since(reference_start);
     const auto& vs = c.variants;
@@ -296,10 +300,7 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
         if (it == without.end()) {
             Call call = reference;
             call.tensors[name] = at::zeros_like(call.tensors.at(name));
-            TensorMap g;
-            for (const auto& [n, t] : family.reference(call, true))
-                if (t.defined()) g[n] = t.cpu();
-            it = without.emplace(name, std::move(g)).first;
+            it = without.emplace(name, reference_results(call)).first;
         }
         return it->second;
     };

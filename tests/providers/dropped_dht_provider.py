@@ -5,16 +5,14 @@ detached, so autograd never sees dht: the fault of a kernel whose backward does 
 cotangent of its final state (FLA 0.6.0's fused_recurrent_rwkv6 is one).
 """
 
-import importlib.util
 import os
+import sys
 
 NAME = "nodht"
 DEVICE = "cpu"
 
-_spec = importlib.util.spec_from_file_location(
-    "torch_provider", os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_provider.py"))
-torchref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(torchref)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_provider as torchref  # noqa: E402  (the folder is not on the path before)
 
 
 def recurrent_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seqlens, state_dtype):

@@ -7,18 +7,16 @@ chunk_simple_gla runs the same recurrence on a detached gate: its backward gives
 outside kernel that does not differentiate one of its inputs.
 """
 
-import importlib.util
 import os
+import sys
 
 import torch
 
 NAME = "probe"
 DEVICE = "cpu"
 
-_spec = importlib.util.spec_from_file_location(
-    "torch_provider", os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_provider.py"))
-torchref = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(torchref)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_provider as torchref  # noqa: E402  (the folder is not on the path before)
 
 
 def versions():
