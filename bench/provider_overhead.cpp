@@ -5,12 +5,12 @@
 //
 // Loads the Python provider PROVIDER as `lav run --provider` does. For each case of SCENARIO
 // and each variant the provider has a row for, it makes the case's inputs as lav run does and
-// times REPEATS forward calls (after 3 warm-up calls) three ways: through the row as lav calls
-// it, the same under the dtype tracer (as lav run calls a provider), and the provider's
-// function called bare in the same interpreter on tensors of the same shapes, dtypes and
-// device (provider_overhead.py). ROUNDS rounds (default 5) take turns, so that a shared
-// machine's drift hits all three alike; each prints the median of its rounds' medians. A CUDA
-// call ends with a device synchronise.
+// times REPEATS forward calls (after 3 warm-up calls) four ways: the provider's function called
+// bare in the same interpreter on tensors of the same shapes, dtypes and device, the same
+// through lav's Python shim alone (both in provider_overhead.py), through the row as lav calls
+// it, and the same under the dtype tracer (as lav run calls a provider). ROUNDS rounds
+// (default 5) take turns, so that a shared machine's drift hits all four alike; each prints
+// the median of its rounds' medians. A CUDA call ends with a device synchronise.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 // Python.h first, as its documentation asks
@@ -56,12 +56,13 @@ double median_seconds(int repeats, const std::function<void()>& call) {
     return median(times);
 }
 
-// provider_overhead.py's bare_seconds, in the interpreter lav started
-double bare_seconds(const std::string& provider, const std::string& call_json, int repeats) {
+// provider_overhead.py's seconds() of `mode`, in the interpreter lav started
+double python_seconds(const std::string& provider, const std::string& call_json, int repeats,
+                      const char* mode) {
     const PyGILState_STATE gil = PyGILState_Ensure();
     PyObject* helper = PyImport_ImportModule("provider_overhead");
-    PyObject* seconds = helper ? PyObject_CallMethod(helper, "bare_seconds", "ssi",
-                                                     provider.c_str(), call_json.c_str(), repeats)
+    PyObject* seconds = helper ? PyObject_CallMethod(helper, "seconds", "ssis", provider.c_str(),
+                                                     call_json.c_str(), repeats, mode)
                                : nullptr;
     if (!seconds) {
         PyErr_Print();
@@ -120,8 +121,8 @@ int run(int argc, char** argv) {
     PyGILState_Release(gil);
     std::printf("provider %s, LibTorch %d threads; medians of %d rounds of %d calls\n", argv[1],
                 at::get_num_threads(), rounds, repeats);
-    std::printf("%-40s %-10s %-5s %9s %9s %9s %10s %9s\n", "case", "variant", "dev", "bare ms",
-                "lav ms", "overhead", "traced ms", "overhead");
+    std::printf("%-40s %-10s %-5s %9s %9s %9s %9s %9s %10s %9s\n", "case", "variant", "dev",
+                "bare ms", "shim ms", "overhead", "lav ms", "overhead", "traced ms", "overhead");
     for (const scenario::Case& c : scenario::load_file(argv[2], registry.catalog(), {})) {
         const harness::Family& family = registry.get(c.family);
         const harness::CaseTensors in =
@@ -148,16 +149,19 @@ int run(int argc, char** argv) {
                                      ", \"device\": " + quoted(row->device) +
                                      ", \"tensors\": " + tensors_json(call.tensors) +
                                      ", \"settings\": " + settings_json(call) + "}";
-            std::vector<double> bare, lav, lav_traced;
+            std::vector<double> bare, shim, lav, lav_traced;
             for (int r = 0; r < rounds; ++r) {
-                bare.push_back(bare_seconds(argv[1], json, repeats));
+                bare.push_back(python_seconds(argv[1], json, repeats, "bare"));
+                shim.push_back(python_seconds(argv[1], json, repeats, "shim"));
                 lav.push_back(median_seconds(repeats, plain));
                 lav_traced.push_back(median_seconds(repeats, traced));
             }
-            const double b = median(bare), l = median(lav), t = median(lav_traced);
-            std::printf("%-40s %-10s %-5s %9.3f %9.3f %8.1f%% %10.3f %8.1f%%\n", c.id.c_str(),
-                        variant.c_str(), row->device.c_str(), b * 1e3, l * 1e3, 100 * (l / b - 1),
-                        t * 1e3, 100 * (t / b - 1));
+            const double b = median(bare), s = median(shim), l = median(lav),
+                         t = median(lav_traced);
+            std::printf("%-40s %-10s %-5s %9.3f %9.3f %8.1f%% %9.3f %8.1f%% %10.3f %8.1f%%\n",
+                        c.id.c_str(), variant.c_str(), row->device.c_str(), b * 1e3, s * 1e3,
+                        100 * (s / b - 1), l * 1e3, 100 * (l / b - 1), t * 1e3,
+                        100 * (t / b - 1));
         }
     }
     return 0;

@@ -1,10 +1,14 @@
-"""The bare half of bench_provider_overhead: a provider's function called directly in Python.
+"""The Python halves of bench_provider_overhead: a provider's function called bare, and called
+through lav's Python shim.
 
 bench_provider_overhead (bench/provider_overhead.cpp) imports this module in lav's embedded
-interpreter and calls bare_seconds() with one case's call as JSON: the tensors' dtypes, shapes
-and device and the settings lav hands the provider. It makes tensors of those shapes, dtypes
-and device, prepares the keyword arguments lav would pass once (lav._provider_call.arguments),
-and times the function itself under torch.no_grad(), as lav calls a forward.
+interpreter and calls seconds() with one case's call as JSON: the tensors' dtypes, shapes and
+device and the settings lav hands the provider. It makes tensors of those shapes, dtypes and
+device and times one of two calls:
+- "bare": the function itself under torch.no_grad(), its keyword arguments prepared once
+  (lav._provider_call.arguments), as lav calls a forward;
+- "shim": lav._provider_call.forward, as lav's C++ side calls it, with the tensors and settings
+  handed over as DLPack capsules made anew each call: lav's Python half without its C++ half.
 """
 
 import json
@@ -12,6 +16,7 @@ import statistics
 import time
 
 import torch
+from torch.utils import dlpack
 
 from lav import _provider_call
 
@@ -27,9 +32,13 @@ def _tensor(dtype, shape, device):
     return torch.zeros(shape, dtype=dtype, device=device)
 
 
-def bare_seconds(provider, call_json, repeats):
-    """Median seconds of `repeats` bare calls (after 3 warm-up calls); a CUDA call ends with
-    torch.cuda.synchronize()."""
+def _capsule(t):
+    return None if t is None else dlpack.to_dlpack(t)
+
+
+def seconds(provider, call_json, repeats, mode):
+    """Median seconds of `repeats` calls of `mode` (after 3 warm-up calls); a CUDA call ends
+    with torch.cuda.synchronize()."""
     call = json.loads(call_json)
     module = _modules.setdefault(provider, _provider_call.load(provider))
     fn = getattr(module, f"{call['variant']}_{call['family']}")
@@ -38,12 +47,22 @@ def bare_seconds(provider, call_json, repeats):
     settings = dict(call["settings"])
     if settings["cu_seqlens"] is not None:
         settings["cu_seqlens"] = torch.tensor(settings["cu_seqlens"], device=call["device"])
-    fn, kwargs = _provider_call.arguments(bound, tensors, _provider_call._settings(settings))
     cuda = call["device"] == "cuda"
+    if mode == "bare":
+        fn, kwargs = _provider_call.arguments(bound, tensors, _provider_call._settings(settings))
+
+        def run():
+            with torch.no_grad():
+                fn(**kwargs)
+    elif mode == "shim":
+        def run():
+            handed = dict(settings, cu_seqlens=_capsule(settings["cu_seqlens"]))
+            _provider_call.forward(bound, {k: _capsule(t) for k, t in tensors.items()}, handed)
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
 
     def once():
-        with torch.no_grad():
-            fn(**kwargs)
+        run()
         if cuda:
             torch.cuda.synchronize()
 
