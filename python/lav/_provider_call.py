@@ -131,7 +131,9 @@ def backward(bound, tensors, settings, differentiated, cotangents):
             roots.append(out)
             seeds.append(seed.to(out.dtype))
     if not roots:
-        raise RuntimeError("no output of the provider's forward takes part in autograd")
+        name = getattr(bound[0], "__name__", "the provider's function")
+        raise RuntimeError(f"{name}: no output takes part in autograd, so there is no backward to "
+                           "check (the function it calls is forward-only, or detaches its outputs)")
     grads = torch.autograd.grad(roots, leaves, seeds, allow_unused=True)
     return [_capsule(g) for g in grads]
 

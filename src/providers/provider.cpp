@@ -44,7 +44,9 @@ TensorMap autograd_backward(const Callable& callable, const Call& call, TensorMa
             roots.push_back(outputs[i]);
             seeds.push_back(cotangents[i].to(outputs[i].scalar_type()));
         }
-    LAV_CHECK(!roots.empty(), "no output of the provider's forward takes part in autograd");
+    LAV_CHECK(!roots.empty(),
+              "no output of the op takes part in autograd, so there is no backward to check (the "
+              "op is forward-only: register an autograd kernel for it)");
     const std::vector<at::Tensor> grads =
         torch::autograd::grad(roots, leaves, seeds, /*retain_graph=*/false,
                               /*create_graph=*/false, /*allow_unused=*/true);

@@ -155,6 +155,31 @@ TEST(PythonProvider, ABackwardThatDropsDhtIsNamed) {
     }
 }
 
+// A forward-only function's backward record is an error that names the function; its forward
+// record still passes.
+TEST(PythonProvider, AForwardOnlyFunctionsBackwardIsAnErrorNamingIt) {
+    const std::string out = test::scratch("forward_only.h5");
+    const test::Result run = test::lav(
+        "run tests/data/scenarios/providers/simple_gla_ops.toml --filter "
+        "'dtypes.inputs=fp32,layout=head_last]/chunk' --provider "
+        "tests/providers/dropped_dht_provider.py --backend nodht --out " +
+        out);
+    EXPECT_EQ(run.code, 1) << run.output;
+    const report::Report rep = report::read_report(out);
+    ASSERT_EQ(rep.cases.size(), 2u);
+    for (const report::CaseRecord& r : rep.cases) {
+        if (r.pass == "fwd") {
+            EXPECT_EQ(r.verdict, "pass") << r.id << ": " << r.message;
+            continue;
+        }
+        EXPECT_EQ(r.verdict, "error") << r.id;
+        EXPECT_NE(r.message.find("RuntimeError: chunk_simple_gla: no output takes part in "
+                                 "autograd, so there is no backward to check"),
+                  std::string::npos)
+            << r.message;
+    }
+}
+
 // The ops a Python provider dispatches go through lav's own dispatcher, so the dtype tracer
 // sees them: the probe's bf16 q times an fp32 tensor is in each of its records' traces, and a
 // Python float (a 0-dim fp64 operand, which promotes nothing) is not.
