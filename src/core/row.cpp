@@ -6,6 +6,12 @@
 #include "core/error.h"
 
 namespace lav {
+namespace {
+double jit_total = 0;  // rows run one at a time, on one thread
+}  // namespace
+
+double jit_seconds() { return jit_total; }
+void add_jit_seconds(double seconds) { jit_total += seconds; }
 
 at::Tensor Call::get(const std::string& name) const {
     const auto it = tensors.find(name);

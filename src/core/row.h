@@ -136,4 +136,10 @@ class RowTable {
     DeviceProbe device_probe_;
 };
 
+/// Seconds the rows of outside kernels have spent compiling and autotuning them in this process,
+/// as their providers count it (a Python provider's jit_seconds()): the runner takes the
+/// difference around a record's kernel call.
+double jit_seconds();
+void add_jit_seconds(double seconds);
+
 }  // namespace lav

@@ -319,6 +319,7 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 if (options.on_stage) options.on_stage(r.id);
                 const bool backward = pass == "bwd";
                 const auto start = std::chrono::steady_clock::now();
+                const double jit_before = jit_seconds();
                 r.reference_seconds = reference_seconds;
                 try {
                     LAV_CHECK(choice.row, "lav has no ", choice.backend, " row for ", c.family, " ",
@@ -364,6 +365,8 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 }
                 // the record's wall time: the case's reference, its kernel, measures and checks
                 r.seconds = reference_seconds + seconds_since(start);
+                // an outside kernel that refuses after compiling (FLA) spent it all the same
+                r.jit_seconds = jit_seconds() - jit_before;
                 records.push_back(std::move(r));
             }
         }

@@ -164,13 +164,39 @@ Ref string_list(const std::vector<std::string>& items) {
     return list;
 }
 
-Callable python_callable(PyObject* shim, PyObject* fn, const std::string& label) {
+// The seconds a provider's jit_seconds() counts (its kernels' compiling and autotuning so far),
+// or 0 for a provider without one; load_python_provider has checked that it returns a number.
+double jit_clock(PyObject* clock) {
+    if (!clock) return 0;
+    Ref seconds(PyObject_CallNoArgs(clock));
+    const double out = seconds ? PyFloat_AsDouble(seconds.get()) : 0;
+    PyErr_Clear();
+    return out;
+}
+
+// Adds what a call spent compiling and autotuning to lav's count (core/row.h), also when the
+// call raises: FLA compiles its forward before it refuses a backward. Declared after the Gil.
+class JitCount {
+  public:
+    explicit JitCount(PyObject* clock) : clock_(clock), before_(jit_clock(clock)) {}
+    ~JitCount() { add_jit_seconds(jit_clock(clock_) - before_); }
+    JitCount(const JitCount&) = delete;
+    JitCount& operator=(const JitCount&) = delete;
+
+  private:
+    PyObject* clock_;
+    double before_;
+};
+
+Callable python_callable(PyObject* shim, PyObject* fn, PyObject* clock, const std::string& label) {
     Py_INCREF(shim);
     Py_INCREF(fn);
+    Py_XINCREF(clock);
     // the interpreter lives as long as the process: these references are never dropped
     Callable c;
-    c.forward = [shim, fn, label](const Call& call, const TensorMap& inputs) {
+    c.forward = [shim, fn, clock, label](const Call& call, const TensorMap& inputs) {
         const Gil gil;
+        const JitCount jit(clock);
         Ref out = checked(PyObject_CallMethod(shim, "forward", "OOO", fn, tensor_dict(inputs).get(),
                                               settings_dict(call).get()),
                           label);
@@ -179,10 +205,11 @@ Callable python_callable(PyObject* shim, PyObject* fn, const std::string& label)
             outputs.push_back(from_python(PyList_GetItem(out.get(), i), label + " output"));
         return outputs;
     };
-    c.backward = [shim, fn, label](const Call& call, const TensorMap& inputs,
-                                   const std::vector<std::string>& differentiated,
-                                   const std::vector<at::Tensor>& cotangents) {
+    c.backward = [shim, fn, clock, label](const Call& call, const TensorMap& inputs,
+                                          const std::vector<std::string>& differentiated,
+                                          const std::vector<at::Tensor>& cotangents) {
         const Gil gil;
+        const JitCount jit(clock);
         Ref seeds = checked(PyList_New(0), "list");
         for (const at::Tensor& t : cotangents) PyList_Append(seeds.get(), to_python(t).get());
         Ref out = checked(PyObject_CallMethod(shim, "backward", "OOOOO", fn,
@@ -230,6 +257,16 @@ Loaded load_python_provider(const std::string& module, harness::Registry& regist
     const std::string device = text_of(device_obj.get());
     LAV_CHECK_AS(UsageError, device == "cpu" || device == "cuda", "--provider ", module,
                  ": DEVICE must be \"cpu\" or \"cuda\", got \"", device, "\"");
+    // jit_seconds(), where the module has it: seconds its kernels spent compiling and autotuning
+    Ref clock(PyObject_HasAttrString(mod.get(), "jit_seconds")
+                  ? PyObject_GetAttrString(mod.get(), "jit_seconds")
+                  : nullptr);
+    if (clock) {
+        Ref first(PyObject_CallNoArgs(clock.get()));
+        LAV_CHECK_AS(UsageError, first && PyNumber_Check(first.get()), "--provider ", module,
+                     ": jit_seconds() must return the seconds its kernels have spent compiling ",
+                     "so far, as a number", first ? std::string() : ": " + python_error());
+    }
     size_t rows = 0;
     for (const harness::Family& f : registry.families())
         for (const std::string& variant : f.variants) {
@@ -240,9 +277,9 @@ Loaded load_python_provider(const std::string& module, harness::Registry& regist
             Ref bound = checked(PyObject_CallMethod(shim.get(), "bind", "OOss", mod.get(), fn.get(),
                                                     f.name.c_str(), variant.c_str()),
                                 fn_name);
-            registry.rows().add(provider_row(
-                f, variant, loaded.backend, device, *declared,
-                python_callable(shim.get(), bound.get(), loaded.backend + " " + fn_name)));
+            registry.rows().add(provider_row(f, variant, loaded.backend, device, *declared,
+                                             python_callable(shim.get(), bound.get(), clock.get(),
+                                                             loaded.backend + " " + fn_name)));
             ++rows;
         }
     LAV_CHECK_AS(UsageError, rows > 0, "--provider ", module,

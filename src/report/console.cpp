@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,27 @@ void print_columns(std::ostream& out, const std::vector<std::vector<std::string>
     }
 }
 
+namespace {
+
+// "\nkernels 4510.6 s, of which compiling and autotuning 4401.3 s (fla's count)" where a
+// provider counted any, so that a cold run's JIT cost stands apart from its kernels'
+std::string jit_line(const Report& report) {
+    double kernels = 0, jit = 0;
+    std::set<std::string> counted;
+    for (const CaseRecord& c : report.cases) {
+        kernels += c.kernel_seconds;
+        jit += c.jit_seconds;
+        if (c.jit_seconds > 0) counted.insert(c.backend);
+    }
+    if (counted.empty()) return "";
+    std::string who;
+    for (const std::string& b : counted) who += (who.empty() ? "" : ", ") + b;
+    return "\nkernels " + format("%.1f", kernels) + " s, of which compiling and autotuning " +
+           format("%.1f", jit) + " s (" + who + "'s count)";
+}
+
+}  // namespace
+
 std::string totals_line(const Report& report, const View& view) {
     size_t passed = 0, warned = 0, failed = 0, errors = 0;
     for (const CaseRecord& c : report.cases) {
@@ -149,7 +171,8 @@ std::string totals_line(const Report& report, const View& view) {
     const std::string why = view.why_incomplete.empty() ? "" : ": " + view.why_incomplete;
     return plural(report.cases.size(), "case") + ": " + std::to_string(passed) + " passed, " +
            std::to_string(warned) + " warned, " + std::to_string(failed) + " failed, " +
-           plural(errors, "error") + (report.complete ? "" : " (incomplete run" + why + ")");
+           plural(errors, "error") + (report.complete ? "" : " (incomplete run" + why + ")") +
+           jit_line(report);
 }
 
 void print_summary_table(std::ostream& out, const Report& report, const View& view) {

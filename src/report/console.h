@@ -39,7 +39,8 @@ void print_columns(std::ostream& out, const std::vector<std::vector<std::string>
                    const View& view = {});
 
 /// "N cases: P passed, W warned, F failed, E errors", ending in "(incomplete run)" unless the run
-/// finished (with view.why_incomplete after a colon).
+/// finished (with view.why_incomplete after a colon); where a provider counted time compiling
+/// and autotuning its kernels, a second line gives it beside the records' kernel time.
 std::string totals_line(const Report& report, const View& view = {});
 
 /// One aligned row per case: id (long ones shortened in the middle), verdict (PASS, WARN, FAIL,

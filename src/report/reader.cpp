@@ -166,6 +166,9 @@ std::vector<CaseRecord> read_cases(const h5::File& file, size_t count) {
         like.push_back({"reference_seconds", Doubles{}});
         like.push_back({"kernel_seconds", Doubles{}});
     }
+    // nor do those written before providers counted their JIT time
+    const bool jit = h5::has_column(file, "cases", "jit_seconds");
+    if (jit) like.push_back({"jit_seconds", Doubles{}});
     const h5::Table cases = h5::read_table(file, "cases", like);
 
     if (h5::column<std::string>(cases, "id").size() != count)
@@ -235,6 +238,7 @@ std::vector<CaseRecord> read_cases(const h5::File& file, size_t count) {
             c.reference_seconds = h5::column<double>(cases, "reference_seconds")[i];
             c.kernel_seconds = h5::column<double>(cases, "kernel_seconds")[i];
         }
+        if (jit) c.jit_seconds = h5::column<double>(cases, "jit_seconds")[i];
         const auto index = static_cast<int64_t>(i);
         read_metrics(metrics, index, c);
         read_contract(file, contract, shared_case(file, cases, "contract_case", i), c);

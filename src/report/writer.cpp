@@ -91,6 +91,7 @@ h5::Table summary_rows(const std::vector<CaseRecord>& all, size_t begin, size_t 
         {"seconds", column_of(rows, [&](size_t i) { return all[i].seconds; })},
         {"reference_seconds", column_of(rows, [&](size_t i) { return all[i].reference_seconds; })},
         {"kernel_seconds", column_of(rows, [&](size_t i) { return all[i].kernel_seconds; })},
+        {"jit_seconds", column_of(rows, [&](size_t i) { return all[i].jit_seconds; })},
     };
 }
 
@@ -123,6 +124,7 @@ h5::Table case_rows(const std::vector<CaseRecord>& all, const layout::Sharing& s
         {"seconds", column_of(rows, [&](size_t i) { return all[i].seconds; })},
         {"reference_seconds", column_of(rows, [&](size_t i) { return all[i].reference_seconds; })},
         {"kernel_seconds", column_of(rows, [&](size_t i) { return all[i].kernel_seconds; })},
+        {"jit_seconds", column_of(rows, [&](size_t i) { return all[i].jit_seconds; })},
         {"trace_case", column_of(rows, [&](size_t i) { return sharing.trace_of(i); })},
         {"contract_case", column_of(rows, [&](size_t i) { return sharing.contract_of(i); })},
     };

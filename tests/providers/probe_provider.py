@@ -4,11 +4,13 @@ versions() reports TRITON_CACHE_DIR as os.environ has it (lav run --triton-cache
 the interpreter starts). recurrent_simple_gla multiplies the bf16 q by an fp32 tensor before
 running torchref's recurrence: an op that promotes, for the dtype tracer to see.
 chunk_simple_gla runs the same recurrence on a detached gate: its backward gives no dg, as an
-outside kernel that does not differentiate one of its inputs.
+outside kernel that does not differentiate one of its inputs. The first call of each function
+"compiles" for 0.2 s, as a JIT does, and jit_seconds() counts it.
 """
 
 import os
 import sys
+import time
 
 import torch
 
@@ -19,12 +21,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_provider as torchref  # noqa: E402  (the folder is not on the path before)
 
 
+_compiled = set()
+_jit = 0.0
+
+
+def jit_seconds():
+    return _jit
+
+
+def _compile_once(name):
+    global _jit
+    if name not in _compiled:
+        _compiled.add(name)
+        start = time.perf_counter()
+        time.sleep(0.2)
+        _jit += time.perf_counter() - start
+
+
 def versions():
     return {"torch": torch.__version__,
             "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR", "unset")}
 
 
 def recurrent_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seqlens, state_dtype):
+    _compile_once("recurrent")
     # bf16 q times fp32 ones: ATen promotes the product to fp32; cast back, o stays bf16
     q = (q * torch.ones(q.shape[-1], dtype=torch.float32)).to(q.dtype)
     return torchref.recurrent_simple_gla(q, k, v, g, h0, scale=scale, head_first=head_first,
@@ -32,6 +52,7 @@ def recurrent_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seql
 
 
 def chunk_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seqlens, state_dtype):
+    _compile_once("chunk")
     g = None if g is None else g.detach()
     return torchref.recurrent_simple_gla(q, k, v, g, h0, scale=scale, head_first=head_first,
                                          cu_seqlens=cu_seqlens, state_dtype=state_dtype)

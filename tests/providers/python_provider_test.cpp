@@ -59,6 +59,15 @@ TEST(PythonProvider, BadModulesAreClearErrors) {
     EXPECT_EQ(empty.code, 2) << empty.output;
     EXPECT_NE(empty.output.find("has no function named <variant>_<family>"), std::string::npos)
         << empty.output;
+    const std::string clock = test::scratch("bad_clock.py");
+    std::ofstream(clock) << "def jit_seconds():\n    return 'soon'\n\n"
+                            "def recurrent_simple_gla(q, k, v):\n    return q, None\n";
+    const test::Result bad_clock =
+        test::lav("run tests/data/scenarios/providers --provider " + clock);
+    EXPECT_EQ(bad_clock.code, 2) << bad_clock.output;
+    EXPECT_NE(bad_clock.output.find("bad_clock.py: jit_seconds() must return the seconds"),
+              std::string::npos)
+        << bad_clock.output;
 }
 
 // --triton-cache reaches the provider's os.environ (and so Triton's import) as an absolute path,
@@ -177,6 +186,32 @@ TEST(PythonProvider, AForwardOnlyFunctionsBackwardIsAnErrorNamingIt) {
                                  "autograd, so there is no backward to check"),
                   std::string::npos)
             << r.message;
+    }
+}
+
+// What a provider's jit_seconds() counts during a record is the record's jit_seconds, within its
+// kernel time: the probe's first call of a function "compiles" for 0.2 s, its second does not;
+// the totals give it beside the kernel time, and lav's own rows count none.
+TEST(PythonProvider, CompileTimeAProviderCountsIsTheRecords) {
+    const std::string out = test::scratch("jit.h5");
+    const test::Result run = test::lav(
+        "run tests/data/scenarios/providers/simple_gla_ops.toml --filter "
+        "'dtypes.inputs=fp32,layout=head_last]/recurrent' --provider " +
+        kProbe + " --backend probe,cpu --out " + out);
+    EXPECT_EQ(run.code, 0) << run.output;
+    EXPECT_NE(run.output.find(", of which compiling and autotuning 0.2 s (probe's count)"),
+              std::string::npos)
+        << run.output;
+    const report::Report rep = report::read_report(out);
+    ASSERT_EQ(rep.cases.size(), 4u);
+    for (const report::CaseRecord& r : rep.cases) {
+        if (r.backend == "probe" && r.pass == "fwd") {
+            EXPECT_GE(r.jit_seconds, 0.2) << r.id;
+            EXPECT_LT(r.jit_seconds, 0.5) << r.id;
+            EXPECT_LE(r.jit_seconds, r.kernel_seconds) << r.id;
+        } else {
+            EXPECT_EQ(r.jit_seconds, 0.0) << r.id;
+        }
     }
 }
 

@@ -30,7 +30,7 @@ SUMMARY_COLUMNS = {
     "id": "str", "scenario": "str", "family": "str", "variant": "str", "backend": "str",
     "pass": "str", "input_dtype": "str", "state_dtype": "str", "layout": "str", "shape": "str",
     "verdict": "str", "worst_tensor": "str", "worst_rel_rmse": "f64", "worst_bound": "f64",
-    "seconds": "f64", "reference_seconds": "f64", "kernel_seconds": "f64",
+    "seconds": "f64", "reference_seconds": "f64", "kernel_seconds": "f64", "jit_seconds": "f64",
 }
 CASES_COLUMNS = {
     **{name: "str" for name in (
@@ -38,7 +38,7 @@ CASES_COLUMNS = {
         "gate_dtype", "state_dtype", "output_dtype", "layout", "shape", "cu_seqlens", "verdict",
         "message", "kernel")},
     "seed": "u64", "seconds": "f64", "reference_seconds": "f64", "kernel_seconds": "f64",
-    "trace_case": "i64", "contract_case": "i64",
+    "jit_seconds": "f64", "trace_case": "i64", "contract_case": "i64",
 }
 METRICS_COLUMNS = {
     "tensor": "str", "dtype": "str", "expected_dtype": "str", "rel_rmse": "f64", "max_abs": "f64",

@@ -83,6 +83,7 @@ void expect_same_case(const CaseRecord& e, const CaseRecord& a) {
     EXPECT_EQ(e.seconds, a.seconds);
     EXPECT_EQ(e.reference_seconds, a.reference_seconds);
     EXPECT_EQ(e.kernel_seconds, a.kernel_seconds);
+    EXPECT_EQ(e.jit_seconds, a.jit_seconds);
 
     ASSERT_EQ(e.metrics.size(), a.metrics.size());
     for (size_t i = 0; i < e.metrics.size(); ++i) {

@@ -71,6 +71,7 @@ inline CaseRecord failing_case() {
     c.seconds = 1.25;
     c.reference_seconds = 0.5;
     c.kernel_seconds = 0.625;
+    c.jit_seconds = 0.5;
     c.metrics = {{"o", "bf16", "bf16", 6.1e-3, 3.1e-2, "[1, 917, 2, 40]", 8.0e-2, 0, 5.0e-3, false},
                  {"dq", "fp32", "bf16", std::numeric_limits<double>::quiet_NaN(), 1.0,
                   "[0, 5, 0, 0]", std::numeric_limits<double>::infinity(), 3, 8.0e-3, false},

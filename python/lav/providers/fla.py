@@ -56,6 +56,7 @@ issue #640) unless tilelang is installed: the backward of ``chunk_gated_delta_ru
 from __future__ import annotations
 
 import os
+import time
 
 try:
     import torch
@@ -105,6 +106,56 @@ def versions() -> dict[str, str]:
     return {"fla": str(getattr(fla, "__version__", "unknown")),
             "triton": str(getattr(triton, "__version__", "unknown")),
             "TRITON_F32_DEFAULT": os.environ.get("TRITON_F32_DEFAULT", "unset")}
+
+
+# ------------------------------------------------------------------------------------------
+# Compile time: Triton's JIT and autotuner, counted for lav's jit_seconds column
+# ------------------------------------------------------------------------------------------
+
+class _JitClock:
+    """Wall seconds spent inside Triton's compile of a kernel (JITFunction._do_compile, a hit in
+    Triton's on-disk cache included) or its autotuner's timing of a config (Autotuner._bench,
+    which compiles that config first); nested spans count once. Both are Triton internals
+    (3.x): where a Triton lacks them nothing is wrapped and the count stays 0."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self._depth = 0
+        self._start = 0.0
+
+    def wrap(self, owner, name):
+        inner = getattr(owner, name, None)
+        if inner is None:
+            return
+
+        def timed(*args, **kwargs):
+            if self._depth == 0:
+                self._start = time.perf_counter()
+            self._depth += 1
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self.seconds += time.perf_counter() - self._start
+
+        setattr(owner, name, timed)
+
+
+_clock = _JitClock()
+try:
+    from triton.runtime.autotuner import Autotuner as _Autotuner
+    from triton.runtime.jit import JITFunction as _JITFunction
+except ImportError:  # a Triton laid out otherwise: nothing is counted
+    pass
+else:
+    _clock.wrap(_JITFunction, "_do_compile")
+    _clock.wrap(_Autotuner, "_bench")
+
+
+def jit_seconds() -> float:
+    """Seconds FLA's kernels have spent compiling and autotuning in this process so far."""
+    return _clock.seconds
 
 
 # ------------------------------------------------------------------------------------------
