@@ -160,8 +160,7 @@ int run(int argc, char** argv) {
                          t = median(lav_traced);
             std::printf("%-40s %-10s %-5s %9.3f %9.3f %8.1f%% %9.3f %8.1f%% %10.3f %8.1f%%\n",
                         c.id.c_str(), variant.c_str(), row->device.c_str(), b * 1e3, s * 1e3,
-                        100 * (s / b - 1), l * 1e3, 100 * (l / b - 1), t * 1e3,
-                        100 * (t / b - 1));
+                        100 * (s / b - 1), l * 1e3, 100 * (l / b - 1), t * 1e3, 100 * (t / b - 1));
         }
     }
     return 0;
