@@ -7,8 +7,8 @@ device and the settings lav hands the provider. It makes tensors of those shapes
 device and times one of two calls:
 - "bare": the function itself under torch.no_grad(), its keyword arguments prepared once
   (lav._provider_call.arguments), as lav calls a forward;
-- "shim": lav._provider_call.forward, as lav's C++ side calls it, with the tensors and settings
-  handed over as DLPack capsules made anew each call: lav's Python half without its C++ half.
+- "shim": lav._provider_call.forward, as lav's C++ side calls it (under torch.no_grad(), which
+  lav sets from C++): lav's Python half without its C++ half.
 """
 
 import json
@@ -16,7 +16,6 @@ import statistics
 import time
 
 import torch
-from torch.utils import dlpack
 
 from lav import _provider_call
 
@@ -30,10 +29,6 @@ def _tensor(dtype, shape, device):
     if dtype.is_floating_point:
         return torch.randn(shape, dtype=torch.float64).to(dtype).to(device)
     return torch.zeros(shape, dtype=dtype, device=device)
-
-
-def _capsule(t):
-    return None if t is None else dlpack.to_dlpack(t)
 
 
 def seconds(provider, call_json, repeats, mode):
@@ -56,8 +51,8 @@ def seconds(provider, call_json, repeats, mode):
                 fn(**kwargs)
     elif mode == "shim":
         def run():
-            handed = dict(settings, cu_seqlens=_capsule(settings["cu_seqlens"]))
-            _provider_call.forward(bound, {k: _capsule(t) for k, t in tensors.items()}, handed)
+            with torch.no_grad():
+                _provider_call.forward(bound, dict(tensors), settings)
     else:
         raise ValueError(f"unknown mode {mode!r}")
 

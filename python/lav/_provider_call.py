@@ -1,7 +1,8 @@
 """How lav calls a Python provider: the Python half of src/providers/python.cpp.
 
-lav hands tensors over as DLPack capsules (no copies) and takes the results back the same way.
-A provider module has one function per (family, variant) named "<variant>_<family>", taking
+lav hands its tensors over as themselves (torch tensors sharing lav's TensorImpls: no copies,
+no conversion) and takes the results back the same way, so a provider must not change the
+tensors it is given. A provider module has one function per (family, variant) named "<variant>_<family>", taking
 the family's declared tensors and lav's settings as keyword arguments and returning the
 declared outputs in order; gradients come from autograd here, seeded with the cotangents.
 """
@@ -14,7 +15,6 @@ import sys
 import traceback
 
 import torch
-from torch.utils import dlpack
 
 _DTYPES = {
     "Float": torch.float32,
@@ -62,21 +62,14 @@ def bind(mod, fn, family, variant):
     return (fn, unsupported, family, variant, None if takes_any else frozenset(params))
 
 
-def _tensor(capsule):
-    return None if capsule is None else dlpack.from_dlpack(capsule)
-
-
-def _capsule(tensor):
-    if tensor is None:
-        return None
-    if not isinstance(tensor, torch.Tensor):
+def _checked(tensor):
+    if tensor is not None and not isinstance(tensor, torch.Tensor):
         raise TypeError(f"a provider returned {type(tensor).__name__} where a tensor was expected")
-    return dlpack.to_dlpack(tensor.detach())
+    return tensor
 
 
 def _settings(settings):
     out = dict(settings)
-    out["cu_seqlens"] = _tensor(settings["cu_seqlens"])
     out["state_dtype"] = _DTYPES.get(settings["state_dtype"], settings["state_dtype"])
     out["output_dtype"] = _DTYPES.get(settings["output_dtype"], settings["output_dtype"])
     return out
@@ -109,15 +102,14 @@ def _call(bound, tensors, settings):
 
 
 def forward(bound, tensors, settings):
-    """The forward outputs, as capsules (None where the function returns none)."""
-    with torch.no_grad():
-        out = _call(bound, {k: _tensor(v) for k, v in tensors.items()}, _settings(settings))
-    return [_capsule(t) for t in out]
+    """The forward outputs (None where the function returns none). lav calls it with autograd
+    off (torch.no_grad() set from C++, where it costs nothing)."""
+    return [_checked(t) for t in _call(bound, tensors, _settings(settings))]
 
 
 def backward(bound, tensors, settings, differentiated, cotangents):
     """The gradients of sum(<output, cotangent>) for the `differentiated` inputs."""
-    inputs = {k: _tensor(v) for k, v in tensors.items()}
+    inputs = dict(tensors)
     leaves = []
     for name in differentiated:
         inputs[name] = inputs[name].detach().requires_grad_(True)
@@ -126,7 +118,6 @@ def backward(bound, tensors, settings, differentiated, cotangents):
         outputs = _call(bound, inputs, _settings(settings))
     roots, seeds = [], []
     for out, seed in zip(outputs, cotangents):
-        seed = _tensor(seed)
         if out is not None and seed is not None and out.requires_grad:
             roots.append(out)
             seeds.append(seed.to(out.dtype))
@@ -135,7 +126,7 @@ def backward(bound, tensors, settings, differentiated, cotangents):
         raise RuntimeError(f"{name}: no output takes part in autograd, so there is no backward to "
                            "check (the function it calls is forward-only, or detaches its outputs)")
     grads = torch.autograd.grad(roots, leaves, seeds, allow_unused=True)
-    return [_capsule(g) for g in grads]
+    return [_checked(g) for g in grads]
 
 
 def describe_error(exc):

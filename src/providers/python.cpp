@@ -1,14 +1,16 @@
 // src/providers/python.cpp — the embedded interpreter and the rows of Python provider modules.
 //
 // One interpreter per process, started on first use with the configured Python (its venv's
-// site-packages) and lav's own Python package on the path. Tensors cross as DLPack capsules;
-// lav/_provider_call.py does the calling and the autograd on the Python side.
+// site-packages) and lav's own Python package on the path. A provider gets lav's tensors
+// themselves and hands its own back (their TensorImpls); a prologue's inputs cross as DLPack
+// capsules. lav/_provider_call.py does the calling and the autograd on the Python side.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 // Python.h first, as its documentation asks
 #include <ATen/ATen.h>
 #include <ATen/DLConvertor.h>
 #include <ATen/record_function.h>
+#include <c10/core/GradMode.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -117,7 +119,9 @@ void release_capsule(PyObject* capsule) {
     if (managed && managed->deleter) managed->deleter(managed);
 }
 
-Ref to_python(const at::Tensor& t) {
+// A DLPack capsule of `t` (None if undefined): the prologue's inputs, new tensors sharing its
+// memory, so that what the user's code does to their metadata stays its own.
+Ref dlpack_capsule(const at::Tensor& t) {
     if (!t.defined()) {
         Py_INCREF(Py_None);
         return Ref(Py_None);
@@ -125,18 +129,39 @@ Ref to_python(const at::Tensor& t) {
     return checked(PyCapsule_New(at::toDLPack(t), "dltensor", release_capsule), "to DLPack");
 }
 
-at::Tensor from_python(PyObject* capsule, const std::string& what) {
-    if (capsule == Py_None) return {};
-    LAV_CHECK(PyCapsule_IsValid(capsule, "dltensor"), what, " is not a tensor");
-    auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
-    PyCapsule_SetName(capsule, "used_dltensor");
-    return at::fromDLPack(managed);
+// The Python tensor of `t` itself (None if undefined), made by torch from its TensorImpl
+// (torch._C._wrap_tensor_impl, found when the first provider loads): no conversion, and the
+// tracer knows it by name. Cheaper than DLPack both ways, which was most of a call's cost.
+PyObject* wrap_tensor_impl = nullptr;
+
+Ref python_tensor(const at::Tensor& t) {
+    if (!t.defined()) {
+        Py_INCREF(Py_None);
+        return Ref(Py_None);
+    }
+    Ref impl = checked(PyCapsule_New(t.unsafeGetTensorImpl(), nullptr, nullptr), "capsule");
+    return checked(PyObject_CallOneArg(wrap_tensor_impl, impl.get()), "tensor to Python");
 }
 
-Ref tensor_dict(const TensorMap& tensors) {
+// The Python tensor whose TensorImpl is `cdata` (Tensor._cdata) as an at::Tensor sharing that
+// TensorImpl: the tracer knows tensors by TensorImpl, and DLPack would make a new one.
+at::Tensor same_tensor(PyObject* cdata) {
+    auto* impl = static_cast<c10::TensorImpl*>(PyLong_AsVoidPtr(cdata));
+    LAV_ASSERT(impl != nullptr, "a Python tensor without a TensorImpl");
+    return at::Tensor(
+        c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(impl));
+}
+
+// A provider's result (a torch.Tensor, the shim has checked, or None) as the tensor itself.
+at::Tensor from_python(PyObject* tensor) {
+    if (tensor == Py_None) return {};
+    return same_tensor(checked(PyObject_GetAttrString(tensor, "_cdata"), "Tensor._cdata").get());
+}
+
+Ref tensor_dict(const TensorMap& tensors, Ref (*convert)(const at::Tensor&) = python_tensor) {
     Ref d = checked(PyDict_New(), "dict");
     for (const auto& [name, t] : tensors)
-        PyDict_SetItemString(d.get(), name.c_str(), to_python(t).get());
+        PyDict_SetItemString(d.get(), name.c_str(), convert(t).get());
     return d;
 }
 
@@ -148,7 +173,7 @@ Ref settings_dict(const Call& call) {
     };
     set("scale", Ref(PyFloat_FromDouble(call.scale)));
     set("head_first", Ref(PyBool_FromLong(call.layout == Layout::head_first)));
-    set("cu_seqlens", to_python(call.cu_seqlens_tensor()));
+    set("cu_seqlens", python_tensor(call.cu_seqlens_tensor()));
     set("chunk_size", Ref(PyLong_FromLongLong(call.chunk_size)));
     set("state_dtype", Ref(PyUnicode_FromString(c10::toString(call.state_dtype))));
     set("output_dtype", Ref(PyUnicode_FromString(c10::toString(call.output_dtype))));
@@ -197,12 +222,13 @@ Callable python_callable(PyObject* shim, PyObject* fn, PyObject* clock, const st
     c.forward = [shim, fn, clock, label](const Call& call, const TensorMap& inputs) {
         const Gil gil;
         const JitCount jit(clock);
+        const c10::NoGradGuard no_grad;  // torch.no_grad() in C++: the same thread-local mode
         Ref out = checked(PyObject_CallMethod(shim, "forward", "OOO", fn, tensor_dict(inputs).get(),
                                               settings_dict(call).get()),
                           label);
         std::vector<at::Tensor> outputs;
         for (Py_ssize_t i = 0; i < PyList_Size(out.get()); ++i)
-            outputs.push_back(from_python(PyList_GetItem(out.get(), i), label + " output"));
+            outputs.push_back(from_python(PyList_GetItem(out.get(), i)));
         return outputs;
     };
     c.backward = [shim, fn, clock, label](const Call& call, const TensorMap& inputs,
@@ -211,7 +237,7 @@ Callable python_callable(PyObject* shim, PyObject* fn, PyObject* clock, const st
         const Gil gil;
         const JitCount jit(clock);
         Ref seeds = checked(PyList_New(0), "list");
-        for (const at::Tensor& t : cotangents) PyList_Append(seeds.get(), to_python(t).get());
+        for (const at::Tensor& t : cotangents) PyList_Append(seeds.get(), python_tensor(t).get());
         Ref out = checked(PyObject_CallMethod(shim, "backward", "OOOOO", fn,
                                               tensor_dict(inputs).get(), settings_dict(call).get(),
                                               string_list(differentiated).get(), seeds.get()),
@@ -219,7 +245,7 @@ Callable python_callable(PyObject* shim, PyObject* fn, PyObject* clock, const st
         TensorMap grads;
         for (size_t i = 0; i < differentiated.size(); ++i)
             grads["d" + differentiated[i]] =
-                from_python(PyList_GetItem(out.get(), static_cast<Py_ssize_t>(i)), label);
+                from_python(PyList_GetItem(out.get(), static_cast<Py_ssize_t>(i)));
         return grads;
     };
     return c;
@@ -241,6 +267,14 @@ Loaded load_python_provider(const std::string& module, harness::Registry& regist
     LAV_CHECK_AS(EnvironmentError, shim, "--provider ", module,
                  ": cannot import lav's Python package from ", LAV_PYTHON_PACKAGE_DIR, ": ",
                  python_error());
+    if (!wrap_tensor_impl) {
+        Ref torch_c(PyImport_ImportModule("torch._C"));
+        wrap_tensor_impl =
+            torch_c ? PyObject_GetAttrString(torch_c.get(), "_wrap_tensor_impl") : nullptr;
+        LAV_CHECK_AS(EnvironmentError, wrap_tensor_impl, "--provider ", module,
+                     ": this torch has no torch._C._wrap_tensor_impl to hand tensors over by: ",
+                     python_error());
+    }
     Ref mod(PyObject_CallMethod(shim.get(), "load", "s", module.c_str()));
     LAV_CHECK_AS(UsageError, mod, "--provider ", module, ": ", python_error());
     Loaded loaded;
@@ -294,15 +328,6 @@ Loaded load_python_provider(const std::string& module, harness::Registry& regist
 
 namespace lav::providers {
 namespace {
-
-// The Python tensor whose TensorImpl is `cdata` (Tensor._cdata) as an at::Tensor sharing that
-// TensorImpl: the tracer knows tensors by TensorImpl, and DLPack would make a new one.
-at::Tensor same_tensor(PyObject* cdata) {
-    auto* impl = static_cast<c10::TensorImpl*>(PyLong_AsVoidPtr(cdata));
-    LAV_ASSERT(impl != nullptr, "a Python tensor without a TensorImpl");
-    return at::Tensor(
-        c10::intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>::reclaim_copy(impl));
-}
 
 // Where the user's code stands: "file.py:line" of the innermost frame outside torch and lav,
 // kept per code object and line. Code objects are held, so that their addresses stay theirs.
@@ -383,9 +408,10 @@ harness::TensorMap run_python_prologue(const scenario::Prologue& prologue,
     {
         // loading the file and building the module are not the prologue's ops
         at::DisableRecordFunctionGuard untraced;
-        prepared = Ref(PyObject_CallMethod(shim.get(), "prepare", "ssOOK", fn.file.c_str(),
-                                           fn.function.c_str(), tensor_dict(env).get(), sizes.get(),
-                                           static_cast<unsigned long long>(fn.seed)));
+        prepared =
+            Ref(PyObject_CallMethod(shim.get(), "prepare", "ssOOK", fn.file.c_str(),
+                                    fn.function.c_str(), tensor_dict(env, dlpack_capsule).get(),
+                                    sizes.get(), static_cast<unsigned long long>(fn.seed)));
     }
     if (!prepared) fail("cannot call " + fn.function + "()");
     PyObject* call = PyTuple_GetItem(prepared.get(), 0);

@@ -228,15 +228,17 @@ TEST(PythonProvider, TracerSeesTheOpsAProviderDispatches) {
     const report::Report rep = report::read_report(out);
     int probed = 0;
     for (const report::CaseRecord& r : rep.cases) {
-        int promoting = 0, traced = 0;
+        int promoting = 0, traced = 0, named = 0;
         for (const report::TraceRow& t : r.trace) {
             if (t.source != "traced") continue;
             ++traced;
             EXPECT_EQ(t.kernel, "simple_gla/recurrent/probe/" + r.pass) << r.id;
             if (t.op == "aten::mul" && t.inputs.rfind("bf16[2,48,2,16]", 0) == 0 &&
                 t.inputs.find("; fp32[16]") != std::string::npos &&
-                t.outputs.rfind("fp32[2,48,2,16]", 0) == 0)
+                t.outputs.rfind("fp32[2,48,2,16]", 0) == 0) {
                 ++promoting;
+                named += t.inputs.rfind("bf16[2,48,2,16] (q); ", 0) == 0;
+            }
         }
         if (r.backend == "cpu") {
             // lav's own rows are not traced
@@ -246,6 +248,8 @@ TEST(PythonProvider, TracerSeesTheOpsAProviderDispatches) {
         ++probed;
         // the backward runs the forward again under autograd: the product is made once there too
         EXPECT_EQ(promoting, 1) << r.id;
+        // the forward gets lav's q itself, known by name; the backward a leaf made from it
+        EXPECT_EQ(named, r.pass == "fwd" ? 1 : 0) << r.id;
         EXPECT_GE(traced, 2) << r.id;  // the product, and its cast back to bf16
         for (const report::TraceRow& t : r.trace)
             EXPECT_EQ(t.inputs.find("fp64[]"), std::string::npos) << r.id << " " << t.op;
