@@ -50,7 +50,11 @@ does not implement raise from autograd (``fused_recurrent_gated_delta_rule``,
 graph). ``chunk_hgrn``'s backward ignores ``dht`` and gives no ``dh0``. On Hopper GPUs with
 Triton >= 3.4 and < 3.7.1, FLA 0.6.0 also refuses the gated ``chunk_bwd_dqkwg`` backward (its
 issue #640) unless tilelang is installed: the backward of ``chunk_gated_delta_rule`` and of
-``chunk_gated_delta_product`` with a gate then raises a RuntimeError saying so.
+``chunk_gated_delta_product`` with a gate then raises a RuntimeError saying so (so does
+``chunk_simple_gla``'s with a per-token gate ``g``: seen on an H200 with Triton 3.6).
+
+``jit_seconds()`` counts the time Triton spends compiling FLA's kernels and autotuning them, for
+the records' ``jit_seconds``; ``LAV_FLA_AUTOTUNE=first`` (environment) skips the autotuning.
 """
 
 from __future__ import annotations
@@ -100,12 +104,13 @@ __all__ = [
 
 
 def versions() -> dict[str, str]:
-    """The versions lav records in a report's run attributes, and Triton's precision of fp32
-    dots: unset, Triton takes tf32 on GPUs that have it (FLA sets "ieee" only on those without),
-    which puts FLA's fp32 chunk results near 1e-3 instead of 1e-7."""
+    """The versions lav records in a report's run attributes, Triton's precision of fp32 dots
+    (unset, Triton takes tf32 on GPUs that have it, and FLA sets "ieee" only on those without,
+    which puts FLA's fp32 chunk results near 1e-3 instead of 1e-7) and LAV_FLA_AUTOTUNE."""
     return {"fla": str(getattr(fla, "__version__", "unknown")),
             "triton": str(getattr(triton, "__version__", "unknown")),
-            "TRITON_F32_DEFAULT": os.environ.get("TRITON_F32_DEFAULT", "unset")}
+            "TRITON_F32_DEFAULT": os.environ.get("TRITON_F32_DEFAULT", "unset"),
+            "autotune": AUTOTUNE}
 
 
 # ------------------------------------------------------------------------------------------
@@ -142,15 +147,28 @@ class _JitClock:
         setattr(owner, name, timed)
 
 
+# LAV_FLA_AUTOTUNE=first: each autotuned kernel runs the first of the configs FLA's own pruning
+# keeps instead of timing them all. FLA's kernels list up to dozens of configs (block sizes,
+# warps, stages), each compiled on first use, so a cold run compiles one config per kernel
+# instead; the numbers are that config's, and versions() puts the choice in the report.
+AUTOTUNE = os.environ.get("LAV_FLA_AUTOTUNE", "full")
+if AUTOTUNE not in ("full", "first"):
+    raise ValueError(f"LAV_FLA_AUTOTUNE={AUTOTUNE!r}: give 'full' (Triton's autotuning, the "
+                     "default) or 'first' (the first config FLA's pruning keeps)")
+
 _clock = _JitClock()
 try:
     from triton.runtime.autotuner import Autotuner as _Autotuner
     from triton.runtime.jit import JITFunction as _JITFunction
 except ImportError:  # a Triton laid out otherwise: nothing is counted
-    pass
+    if AUTOTUNE == "first":
+        raise
 else:
     _clock.wrap(_JITFunction, "_do_compile")
     _clock.wrap(_Autotuner, "_bench")
+    if AUTOTUNE == "first":
+        _prune = _Autotuner.prune_configs
+        _Autotuner.prune_configs = lambda self, kwargs: _prune(self, kwargs)[:1]
 
 
 def jit_seconds() -> float:
