@@ -1,10 +1,11 @@
 """How lav calls a Python provider: the Python half of src/providers/python.cpp.
 
-lav hands its tensors over as themselves (torch tensors sharing lav's TensorImpls: no copies,
-no conversion) and takes the results back the same way, so a provider must not change the
-tensors it is given. A provider module has one function per (family, variant) named "<variant>_<family>", taking
-the family's declared tensors and lav's settings as keyword arguments and returning the
-declared outputs in order; gradients come from autograd here, seeded with the cotangents.
+lav hands its tensors over as themselves (torch tensors sharing lav's TensorImpls: no copies, no
+conversion) and takes the results back the same way, so a provider must not change the tensors
+it is given. A provider module has one function per (family, variant) named
+"<variant>_<family>", taking the family's declared tensors and lav's settings as keyword
+arguments and returning the declared outputs in order; gradients come from autograd here, seeded
+with the cotangents.
 """
 
 import importlib

@@ -131,7 +131,7 @@ Ref dlpack_capsule(const at::Tensor& t) {
 
 // The Python tensor of `t` itself (None if undefined), made by torch from its TensorImpl
 // (torch._C._wrap_tensor_impl, found when the first provider loads): no conversion, and the
-// tracer knows it by name. Cheaper than DLPack both ways, which was most of a call's cost.
+// tracer knows it by name. DLPack both ways was half the Python side of a call.
 PyObject* wrap_tensor_impl = nullptr;
 
 Ref python_tensor(const at::Tensor& t) {

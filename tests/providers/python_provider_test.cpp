@@ -15,12 +15,23 @@ namespace {
 const std::string kProvider = "tests/providers/torch_provider.py";
 const std::string kProbe = "tests/providers/probe_provider.py";
 
+// `lav run ARGS --out <scratch NAME>`: what it printed and exited with, and the report it wrote.
+struct Ran {
+    test::Result run;
+    report::Report rep;
+};
+Ran run_and_read(const std::string& args, const std::string& name) {
+    const std::string out = test::scratch(name);
+    Ran ran{test::lav("run " + args + " --out " + out), {}};
+    ran.rep = report::read_report(out);
+    return ran;
+}
+
 TEST(PythonProvider, RowsRunBesideLavsOwnWithErrorsAsRecords) {
-    const std::string out = test::scratch("python.h5");
-    const test::Result run = test::lav("run tests/data/scenarios/providers --provider " +
-                                       kProvider + " --backend cpu,torchref --out " + out);
+    const auto [run, rep] = run_and_read(
+        "tests/data/scenarios/providers --provider " + kProvider + " --backend cpu,torchref",
+        "python.h5");
     EXPECT_EQ(run.code, 1) << run.output;  // chunk_simple_gla raises
-    const report::Report rep = report::read_report(out);
     ASSERT_TRUE(rep.complete);
     EXPECT_EQ(rep.run.providers.rfind("torchref (" + kProvider + ", torch 2.", 0), 0u)
         << rep.run.providers;
@@ -108,13 +119,12 @@ TEST(PythonProvider, TritonCacheFolderReachesTheProvider) {
 
 // A gradient the provider leaves out is the record's error, naming it; the run goes on.
 TEST(PythonProvider, AGradientTheProviderLeavesOutIsAnErrorRecord) {
-    const std::string out = test::scratch("no_dg.h5");
-    const test::Result run = test::lav(
-        "run tests/data/scenarios/providers/simple_gla_ops_varlen.toml --filter chunk/probe "
+    const auto [run, rep] = run_and_read(
+        "tests/data/scenarios/providers/simple_gla_ops_varlen.toml --filter chunk/probe "
         "--provider " +
-        kProbe + " --backend probe --out " + out);
+            kProbe + " --backend probe",
+        "no_dg.h5");
     EXPECT_EQ(run.code, 1) << run.output;
-    const report::Report rep = report::read_report(out);
     ASSERT_TRUE(rep.complete);
     ASSERT_EQ(rep.cases.size(), 2u);
     for (const report::CaseRecord& r : rep.cases) {
@@ -134,14 +144,12 @@ TEST(PythonProvider, AGradientTheProviderLeavesOutIsAnErrorRecord) {
 // A backward that never reads dht fails where the final state's gradient matters, and the
 // record names the cotangent it leaves out; lav's own row, which reads it, carries no such finding.
 TEST(PythonProvider, ABackwardThatDropsDhtIsNamed) {
-    const std::string out = test::scratch("no_dht.h5");
-    const test::Result run = test::lav(
-        "run tests/data/scenarios/providers/simple_gla_ops.toml --filter "
+    const auto [run, rep] = run_and_read(
+        "tests/data/scenarios/providers/simple_gla_ops.toml --filter "
         "'dtypes.inputs=fp32,layout=head_last]/recurrent' --provider "
-        "tests/providers/dropped_dht_provider.py --backend nodht,cpu --out " +
-        out);
+        "tests/providers/dropped_dht_provider.py --backend nodht,cpu",
+        "no_dht.h5");
     EXPECT_EQ(run.code, 1) << run.output;
-    const report::Report rep = report::read_report(out);
     ASSERT_EQ(rep.cases.size(), 4u);
     for (const report::CaseRecord& r : rep.cases) {
         std::vector<std::string> dropped;
@@ -167,14 +175,12 @@ TEST(PythonProvider, ABackwardThatDropsDhtIsNamed) {
 // A forward-only function's backward record is an error that names the function; its forward
 // record still passes.
 TEST(PythonProvider, AForwardOnlyFunctionsBackwardIsAnErrorNamingIt) {
-    const std::string out = test::scratch("forward_only.h5");
-    const test::Result run = test::lav(
-        "run tests/data/scenarios/providers/simple_gla_ops.toml --filter "
+    const auto [run, rep] = run_and_read(
+        "tests/data/scenarios/providers/simple_gla_ops.toml --filter "
         "'dtypes.inputs=fp32,layout=head_last]/chunk' --provider "
-        "tests/providers/dropped_dht_provider.py --backend nodht --out " +
-        out);
+        "tests/providers/dropped_dht_provider.py --backend nodht",
+        "forward_only.h5");
     EXPECT_EQ(run.code, 1) << run.output;
-    const report::Report rep = report::read_report(out);
     ASSERT_EQ(rep.cases.size(), 2u);
     for (const report::CaseRecord& r : rep.cases) {
         if (r.pass == "fwd") {
@@ -193,16 +199,16 @@ TEST(PythonProvider, AForwardOnlyFunctionsBackwardIsAnErrorNamingIt) {
 // kernel time: the probe's first call of a function "compiles" for 0.2 s, its second does not;
 // the totals give it beside the kernel time, and lav's own rows count none.
 TEST(PythonProvider, CompileTimeAProviderCountsIsTheRecords) {
-    const std::string out = test::scratch("jit.h5");
-    const test::Result run = test::lav(
-        "run tests/data/scenarios/providers/simple_gla_ops.toml --filter "
-        "'dtypes.inputs=fp32,layout=head_last]/recurrent' --provider " +
-        kProbe + " --backend probe,cpu --out " + out);
+    const auto [run, rep] = run_and_read(
+        "tests/data/scenarios/providers/simple_gla_ops.toml "
+        "--filter 'dtypes.inputs=fp32,layout=head_last]/"
+        "recurrent' --provider " +
+            kProbe + " --backend probe,cpu",
+        "jit.h5");
     EXPECT_EQ(run.code, 0) << run.output;
     EXPECT_NE(run.output.find(", of which compiling and autotuning 0.2 s (probe's count)"),
               std::string::npos)
         << run.output;
-    const report::Report rep = report::read_report(out);
     ASSERT_EQ(rep.cases.size(), 4u);
     for (const report::CaseRecord& r : rep.cases) {
         if (r.backend == "probe" && r.pass == "fwd") {
@@ -219,13 +225,13 @@ TEST(PythonProvider, CompileTimeAProviderCountsIsTheRecords) {
 // sees them: the probe's bf16 q times an fp32 tensor is in each of its records' traces, and a
 // Python float (a 0-dim fp64 operand, which promotes nothing) is not.
 TEST(PythonProvider, TracerSeesTheOpsAProviderDispatches) {
-    const std::string out = test::scratch("probe.h5");
-    const test::Result run = test::lav(
-        "run tests/data/scenarios/providers/simple_gla_ops.toml --filter "
-        "'dtypes.inputs=bf16,layout=head_last]/recurrent' --provider " +
-        kProbe + " --backend probe,cpu --out " + out);
+    const auto [run, rep] = run_and_read(
+        "tests/data/scenarios/providers/simple_gla_ops.toml "
+        "--filter 'dtypes.inputs=bf16,layout=head_last]/"
+        "recurrent' --provider " +
+            kProbe + " --backend probe,cpu",
+        "probe.h5");
     EXPECT_EQ(run.code, 0) << run.output;
-    const report::Report rep = report::read_report(out);
     int probed = 0;
     for (const report::CaseRecord& r : rep.cases) {
         int promoting = 0, traced = 0, named = 0;
