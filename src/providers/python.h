@@ -1,11 +1,11 @@
 // src/providers/python.h — a Python module as a provider: `lav run --provider MODULE|FILE.py`.
 //
-// The module runs in an interpreter embedded in lav that imports the same LibTorch lav is
-// linked against (the project's .venv torch, or the CUDA machine's), so tensors cross without
-// copies (DLPack) and the ATen ops its code dispatches go through lav's own dispatcher. Its
-// functions "<variant>_<family>" become rows of the backend the module's NAME gives (its
-// module name by default), called as provider.h describes; `versions()` is recorded in the
-// report. A build without Python throws EnvironmentError saying why.
+// The module runs in an interpreter embedded in lav that imports the same LibTorch lav is linked
+// against (the project's .venv torch, or the CUDA machine's), so tensors cross without copies (the
+// tensors themselves) and the ATen ops its code dispatches go through lav's own dispatcher. Its
+// functions "<variant>_<family>" become rows of the backend the module's NAME gives (its module
+// name by default), called as provider.h describes; `versions()` is recorded in the report. A
+// build without Python throws EnvironmentError saying why.
 #pragma once
 
 #include <map>
