@@ -639,7 +639,7 @@ TEST(ConsoleSummary, OneAlignedRowPerCaseAndTotals) {
     std::ostringstream out;
     print_summary_table(out, sample_report());
     const std::vector<std::string> lines = lines_of(out.str());
-    ASSERT_EQ(lines.size(), 5u) << out.str();
+    ASSERT_EQ(lines.size(), 6u) << out.str();
 
     EXPECT_EQ(lines[0].rfind("case", 0), 0u) << lines[0];
     EXPECT_EQ(lines[1].rfind(passing_case().id, 0), 0u) << lines[1];
@@ -654,6 +654,8 @@ TEST(ConsoleSummary, OneAlignedRowPerCaseAndTotals) {
     EXPECT_NE(lines[3].find("ERROR"), std::string::npos);
     EXPECT_NE(lines[3].find(" - "), std::string::npos) << lines[3];
     EXPECT_EQ(lines[4], "3 cases: 1 passed, 0 warned, 1 failed, 1 error");
+    // the failing case's row counted 0.5 s of its kernel time as compiling
+    EXPECT_EQ(lines[5], "kernels 0.8 s, of which compiling and autotuning 0.5 s (cpu's count)");
 
     // every row starts its verdict, and ends its seconds, in the same column (in code points;
     // the error case's id holds a two-byte 'ü')
@@ -735,7 +737,15 @@ TEST(ConsoleSummary, WarnedCasesAreCounted) {
     print_summary_table(out, report);
     const std::vector<std::string> lines = lines_of(out.str());
     EXPECT_NE(lines[1].find("WARN"), std::string::npos) << lines[1];
-    EXPECT_EQ(lines.back(), "3 cases: 0 passed, 1 warned, 1 failed, 1 error");
+    EXPECT_EQ(lines[4], "3 cases: 0 passed, 1 warned, 1 failed, 1 error");
+}
+
+TEST(ConsoleSummary, CompileTimeIsToldOnlyWhereCounted) {
+    Report report = sample_report();
+    for (CaseRecord& c : report.cases) c.jit_seconds = 0;
+    std::ostringstream out;
+    print_summary_table(out, report);
+    EXPECT_EQ(lines_of(out.str()).back(), "3 cases: 1 passed, 0 warned, 1 failed, 1 error");
 }
 
 TEST(ConsoleDetails, RecordsOfOneCaseWithTheSameFindingsAreToldOnce) {
