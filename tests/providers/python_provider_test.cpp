@@ -14,6 +14,13 @@ namespace {
 
 const std::string kProvider = "tests/providers/torch_provider.py";
 const std::string kProbe = "tests/providers/probe_provider.py";
+const std::string kNoDht = "tests/providers/dropped_dht_provider.py";
+
+// simple_gla_ops.toml's head_last cases of input dtype DTYPE, variant VARIANT only
+std::string ops_cases(const std::string& dtype, const std::string& variant) {
+    return "tests/data/scenarios/providers/simple_gla_ops.toml --filter 'dtypes.inputs=" + dtype +
+           ",layout=head_last]/" + variant + "'";
+}
 
 // `lav run ARGS --out <scratch NAME>`: what it printed and exited with, and the report it wrote.
 struct Ran {
@@ -145,9 +152,7 @@ TEST(PythonProvider, AGradientTheProviderLeavesOutIsAnErrorRecord) {
 // record names the cotangent it leaves out; lav's own row, which reads it, carries no such finding.
 TEST(PythonProvider, ABackwardThatDropsDhtIsNamed) {
     const auto [run, rep] = run_and_read(
-        "tests/data/scenarios/providers/simple_gla_ops.toml --filter "
-        "'dtypes.inputs=fp32,layout=head_last]/recurrent' --provider "
-        "tests/providers/dropped_dht_provider.py --backend nodht,cpu",
+        ops_cases("fp32", "recurrent") + " --provider " + kNoDht + " --backend nodht,cpu",
         "no_dht.h5");
     EXPECT_EQ(run.code, 1) << run.output;
     ASSERT_EQ(rep.cases.size(), 4u);
@@ -175,11 +180,9 @@ TEST(PythonProvider, ABackwardThatDropsDhtIsNamed) {
 // A forward-only function's backward record is an error that names the function; its forward
 // record still passes.
 TEST(PythonProvider, AForwardOnlyFunctionsBackwardIsAnErrorNamingIt) {
-    const auto [run, rep] = run_and_read(
-        "tests/data/scenarios/providers/simple_gla_ops.toml --filter "
-        "'dtypes.inputs=fp32,layout=head_last]/chunk' --provider "
-        "tests/providers/dropped_dht_provider.py --backend nodht",
-        "forward_only.h5");
+    const auto [run, rep] =
+        run_and_read(ops_cases("fp32", "chunk") + " --provider " + kNoDht + " --backend nodht",
+                     "forward_only.h5");
     EXPECT_EQ(run.code, 1) << run.output;
     ASSERT_EQ(rep.cases.size(), 2u);
     for (const report::CaseRecord& r : rep.cases) {
@@ -200,10 +203,7 @@ TEST(PythonProvider, AForwardOnlyFunctionsBackwardIsAnErrorNamingIt) {
 // the totals give it beside the kernel time, and lav's own rows count none.
 TEST(PythonProvider, CompileTimeAProviderCountsIsTheRecords) {
     const auto [run, rep] = run_and_read(
-        "tests/data/scenarios/providers/simple_gla_ops.toml "
-        "--filter 'dtypes.inputs=fp32,layout=head_last]/"
-        "recurrent' --provider " +
-            kProbe + " --backend probe,cpu",
+        ops_cases("fp32", "recurrent") + " --provider " + kProbe + " --backend probe,cpu",
         "jit.h5");
     EXPECT_EQ(run.code, 0) << run.output;
     EXPECT_NE(run.output.find(", of which compiling and autotuning 0.2 s (probe's count)"),
@@ -226,10 +226,7 @@ TEST(PythonProvider, CompileTimeAProviderCountsIsTheRecords) {
 // Python float (a 0-dim fp64 operand, which promotes nothing) is not.
 TEST(PythonProvider, TracerSeesTheOpsAProviderDispatches) {
     const auto [run, rep] = run_and_read(
-        "tests/data/scenarios/providers/simple_gla_ops.toml "
-        "--filter 'dtypes.inputs=bf16,layout=head_last]/"
-        "recurrent' --provider " +
-            kProbe + " --backend probe,cpu",
+        ops_cases("bf16", "recurrent") + " --provider " + kProbe + " --backend probe,cpu",
         "probe.h5");
     EXPECT_EQ(run.code, 0) << run.output;
     int probed = 0;
