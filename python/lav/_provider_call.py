@@ -53,6 +53,17 @@ def device(mod):
     return getattr(mod, "DEVICE", "cuda" if torch.cuda.is_available() else "cpu")
 
 
+def absent(mod, family, variant):
+    """Why the module has no function for (family, variant): what its unsupported() says of it
+    where it has one and says anything, else that the function is not there."""
+    unsupported = getattr(mod, "unsupported", None)
+    try:
+        reason = unsupported(family, variant, {}) if unsupported else None
+    except Exception:  # noqa: BLE001 (a check that cannot judge empty options says nothing)
+        reason = None
+    return str(reason) if reason else f"the provider module has no function {variant}_{family}"
+
+
 def bind(mod, fn, family, variant):
     """The callable lav runs: `fn`, preceded by the module's unsupported() check if it has one,
     with the keyword names `fn` takes (None: it takes any). Reading a signature costs more than

@@ -65,4 +65,17 @@ const Row* RowTable::find(const std::string& family, const std::string& variant,
     return nullptr;
 }
 
+void RowTable::add_absence(const std::string& family, const std::string& variant,
+                           const std::string& backend, std::string reason) {
+    absences_[{family, variant, backend}] = std::move(reason);
+}
+
+std::string RowTable::absence(const std::string& family, const std::string& variant,
+                              const std::string& backend) const {
+    auto it = absences_.find({family, variant, backend});
+    if (it != absences_.end())
+        return backend + " has no " + family + " " + variant + ": " + it->second;
+    return "lav has no " + backend + " row for " + family + " " + variant;
+}
+
 }  // namespace lav

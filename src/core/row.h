@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -130,9 +131,17 @@ class RowTable {
     const Row* find(const std::string& family, const std::string& variant,
                     const std::string& backend) const;
     const std::vector<Row>& rows() const { return rows_; }
+    /// Records why `backend` has no row for (family, variant): an outside kernel's provider
+    /// knows what its library lacks (FLA has no recurrent Based).
+    void add_absence(const std::string& family, const std::string& variant,
+                     const std::string& backend, std::string reason);
+    /// What a record of (family, variant) under `backend` says when no row runs it.
+    std::string absence(const std::string& family, const std::string& variant,
+                        const std::string& backend) const;
 
   private:
     std::vector<Row> rows_;
+    std::map<std::tuple<std::string, std::string, std::string>, std::string> absences_;
     DeviceProbe device_probe_;
 };
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -321,18 +322,19 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 const auto start = std::chrono::steady_clock::now();
                 const double jit_before = jit_seconds();
                 r.reference_seconds = reference_seconds;
+                std::optional<std::chrono::steady_clock::time_point> kernel_start;
                 try {
-                    LAV_CHECK(choice.row, "lav has no ", choice.backend, " row for ", c.family, " ",
-                              variant);
+                    LAV_CHECK(choice.row,
+                              registry.rows().absence(c.family, variant, choice.backend));
                     const Row& row = *choice.row;
-                    const auto kernel_start = std::chrono::steady_clock::now();
+                    kernel_start = std::chrono::steady_clock::now();
                     Call call =
                         with_tensors(base, to_device(in.kernel, row.device),
                                      backward ? to_device(cot.kernel, row.device) : TensorMap{});
                     const TensorMap raw = run_row(row, call, backward, r);
                     // kernels run asynchronously on a GPU: its time ends when the device is done
                     if (row.device == "cuda") at::detail::getCUDAHooks().deviceSynchronize(-1);
-                    r.kernel_seconds = seconds_since(kernel_start);
+                    r.kernel_seconds = seconds_since(*kernel_start);
                     const std::vector<MeasuredSpec> measured = measured_of(family, c, backward);
                     const TensorMap results = measured_results(c, measured, raw);
                     r.contract = row.contract(call, backward);
@@ -362,6 +364,9 @@ void run_case(const Registry& registry, const Case& c, const RunOptions& options
                 } catch (const std::exception& e) {
                     r.verdict = "error";
                     r.message = e.what();
+                    // a kernel that raised ran until it did (FLA compiles, then refuses)
+                    if (kernel_start && r.kernel_seconds == 0)
+                        r.kernel_seconds = seconds_since(*kernel_start);
                 }
                 // the record's wall time: the case's reference, its kernel, measures and checks
                 r.seconds = reference_seconds + seconds_since(start);

@@ -306,7 +306,14 @@ Loaded load_python_provider(const std::string& module, harness::Registry& regist
         for (const std::string& variant : f.variants) {
             const std::string fn_name = variant + "_" + f.name;
             const Row* declared = registry.rows().find(f.name, variant, "cpu");
-            if (!declared || !PyObject_HasAttrString(mod.get(), fn_name.c_str())) continue;
+            if (!declared) continue;
+            if (!PyObject_HasAttrString(mod.get(), fn_name.c_str())) {
+                Ref why = checked(PyObject_CallMethod(shim.get(), "absent", "Oss", mod.get(),
+                                                      f.name.c_str(), variant.c_str()),
+                                  fn_name);
+                registry.rows().add_absence(f.name, variant, loaded.backend, text_of(why.get()));
+                continue;
+            }
             Ref fn(PyObject_GetAttrString(mod.get(), fn_name.c_str()));
             Ref bound = checked(PyObject_CallMethod(shim.get(), "bind", "OOss", mod.get(), fn.get(),
                                                     f.name.c_str(), variant.c_str()),

@@ -128,7 +128,8 @@ struct CaseRecord {
     /// wall time of the record: the case's reference, its kernel, measures and checks
     double seconds = 0;
     double reference_seconds = 0;  ///< the case's fp64 reference, the same in each of its records
-    double kernel_seconds = 0;     ///< the record's kernel call, its inputs moved to its device
+    /// the record's kernel call, its inputs moved to its device; for an error, until it raised
+    double kernel_seconds = 0;
     /// of seconds, the time an outside kernel's provider says it spent compiling and autotuning
     /// (Triton's JIT and autotuner for FLA), also where it then refused; 0 for lav's own kernels
     double jit_seconds = 0;

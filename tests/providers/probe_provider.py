@@ -4,8 +4,10 @@ versions() reports TRITON_CACHE_DIR as os.environ has it (lav run --triton-cache
 the interpreter starts). recurrent_simple_gla multiplies the bf16 q by an fp32 tensor before
 running torchref's recurrence: an op that promotes, for the dtype tracer to see.
 chunk_simple_gla runs the same recurrence on a detached gate: its backward gives no dg, as an
-outside kernel that does not differentiate one of its inputs. The first call of each function
-"compiles" for 0.2 s, as a JIT does, and jit_seconds() counts it.
+outside kernel that does not differentiate one of its inputs, and refuses bf16 inputs after
+compiling, as a Triton kernel that asserts on its dtypes does. The first call of each function
+"compiles" for 0.2 s, as a JIT does, and jit_seconds() counts it. unsupported() says what the
+probe lacks, as FLA's provider does.
 """
 
 import os
@@ -38,6 +40,10 @@ def _compile_once(name):
         _jit += time.perf_counter() - start
 
 
+def unsupported(family, variant, options):
+    return None if family == "simple_gla" else "the probe knows simple_gla only"
+
+
 def versions():
     return {"torch": torch.__version__,
             "TRITON_CACHE_DIR": os.environ.get("TRITON_CACHE_DIR", "unset")}
@@ -53,6 +59,8 @@ def recurrent_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seql
 
 def chunk_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seqlens, state_dtype):
     _compile_once("chunk")
+    if q.dtype == torch.bfloat16:
+        raise AssertionError("probe's chunk does not support bfloat16")
     g = None if g is None else g.detach()
     return torchref.recurrent_simple_gla(q, k, v, g, h0, scale=scale, head_first=head_first,
                                          cu_seqlens=cu_seqlens, state_dtype=state_dtype)

@@ -221,6 +221,48 @@ TEST(PythonProvider, CompileTimeAProviderCountsIsTheRecords) {
     }
 }
 
+// A (family, variant) a provider has no function for is an error record saying why: what the
+// module's unsupported() says where it has one, else the function it lacks.
+TEST(PythonProvider, WhatAProviderLacksIsAnErrorSayingWhy) {
+    const std::string gla = "tests/data/scenarios/cli/dump_gla.toml --filter 'fp32]/recurrent'";
+    for (const auto& [provider, why] :
+         {std::pair{kProbe, "probe has no gla recurrent: the probe knows simple_gla only"},
+          std::pair{kProvider,
+                    "torchref has no gla recurrent: the provider module has no "
+                    "function recurrent_gla"}}) {
+        const std::string backend = provider == kProbe ? "probe" : "torchref";
+        const auto [run, rep] =
+            run_and_read(gla + " --provider " + provider + " --backend cpu," + backend, "lacks.h5");
+        EXPECT_EQ(run.code, 1) << run.output;
+        ASSERT_EQ(rep.cases.size(), 2u) << run.output;  // forward only
+        for (const report::CaseRecord& r : rep.cases) {
+            if (r.backend == "cpu") {
+                EXPECT_EQ(r.verdict, "pass") << r.id << ": " << r.message;
+            } else {
+                EXPECT_EQ(r.verdict, "error") << r.id;
+                EXPECT_EQ(r.message, why) << r.id;
+            }
+        }
+    }
+}
+
+// A kernel that compiles, then refuses its inputs, spent its compile time inside its kernel time:
+// an error record's kernel time runs until the kernel raised.
+TEST(PythonProvider, ARefusalKeepsTheKernelTimeItSpent) {
+    const auto [run, rep] = run_and_read(
+        ops_cases("bf16", "chunk") + " --provider " + kProbe + " --backend probe", "refused.h5");
+    EXPECT_EQ(run.code, 1) << run.output;
+    ASSERT_EQ(rep.cases.size(), 2u);
+    for (const report::CaseRecord& r : rep.cases) {
+        EXPECT_EQ(r.verdict, "error") << r.id;
+        EXPECT_NE(r.message.find("does not support bfloat16"), std::string::npos) << r.message;
+        EXPECT_LE(r.jit_seconds, r.kernel_seconds) << r.id;
+        if (r.pass == "fwd") {
+            EXPECT_GE(r.kernel_seconds, 0.2) << r.id;
+        }
+    }
+}
+
 // The ops a Python provider dispatches go through lav's own dispatcher, so the dtype tracer
 // sees them: the probe's bf16 q times an fp32 tensor is in each of its records' traces, and a
 // Python float (a 0-dim fp64 operand, which promotes nothing) is not.
