@@ -492,10 +492,11 @@ def chunk_hgrn(x, g, h0=None, *, scale=None, head_first=False, cu_seqlens=None,
         o, ht = run(xf, gf, h0f)
     else:
         # chunk_hgrn takes no cu_seqlens: one call per packed sequence, each from its own h0
-        # row; an empty sequence has no rows and keeps h0 as its final state
+        # row; an empty sequence has no rows and keeps h0 as its final state, detached: FLA's
+        # backward gives no dh0, and an empty sequence's row alone must not give one either
         def empty(i):
-            hti = h0f[i:i + 1] if h0f is not None else xf.new_zeros(1, xf.shape[-1],
-                                                                    dtype=torch.float32)
+            hti = h0f[i:i + 1].detach() if h0f is not None else xf.new_zeros(
+                1, xf.shape[-1], dtype=torch.float32)
             return xf[:, :0], hti
         parts = _per_sequence(run, _offsets(cu_seqlens, xf), {"x": xf, "g": gf}, {"h0": h0f},
                               empty)
