@@ -692,22 +692,40 @@ class CaseBuilder {
     void read_tolerances(Case& c) {
         const Node* tolerances = root_.find("tolerances");
         if (!family_ || !tolerances || tolerances->kind != NodeKind::table) return;
-        for (const Node& entry : tolerances->items) {
+        const auto read = [&](const Node& entry, const std::string& path, bool applies) {
             const auto& known = family_->measured;
-            if (std::find(known.begin(), known.end(), entry.key) == known.end()) continue;
-            const std::string path = "tolerances." + entry.key;
+            if (std::find(known.begin(), known.end(), entry.key) == known.end()) return;
             if (!is_number(entry)) {
                 error(entry, type_message(path, "a number", entry));
-                continue;
+                return;
             }
             const double v = number_of(entry);
             if (!std::isfinite(v) || v <= 0) {
                 error(entry, path + " must be positive and finite, got " + format_number(v),
                       "a tolerance bounds the relative RMS error of the tensor");
-                continue;
+                return;
             }
-            c.tolerances[entry.key] = v;
-        }
+            if (applies) c.tolerances[entry.key] = v;
+        };
+        const auto per_dtype = [](const Node& entry) {
+            return entry.kind == NodeKind::table ? parse_dtype(entry.key) : std::nullopt;
+        };
+        for (const Node& entry : tolerances->items)
+            if (!per_dtype(entry)) read(entry, "tolerances." + entry.key, true);
+        // a table per input dtype ([tolerances.bf16]) overrides the bounds above for its cases
+        for (const Node& entry : tolerances->items)
+            if (const auto dtype = per_dtype(entry)) {
+                if (std::find(kSupportedDTypes.begin(), kSupportedDTypes.end(), *dtype) ==
+                    kSupportedDTypes.end()) {
+                    error(entry, "[tolerances." + entry.key + "] names a dtype no input takes",
+                          "a table per input dtype is one of [tolerances.fp32], "
+                          "[tolerances.fp16], [tolerances.bf16]");
+                    continue;
+                }
+                for (const Node& field : entry.items)
+                    read(field, "tolerances." + entry.key + "." + field.key,
+                         *dtype == c.input_dtype);
+            }
     }
 
     /// The file's prologue with this case's autocast mode, dtypes and sizes. `sized`: the case's

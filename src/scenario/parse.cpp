@@ -8,6 +8,7 @@
 #include <fstream>
 #include <tuple>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/printable.h"
 #include "scenario/document.h"
@@ -468,11 +469,19 @@ class Checker {
             }
         }
         if (const Node* tolerances = table("tolerances")) {
-            for (const Node& entry : tolerances->items) {
-                if (contains(family->measured, entry.key)) continue;
+            const auto check = [&](const Node& entry) {
+                if (contains(family->measured, entry.key)) return;
                 diags_.error(entry.key_span,
                              "unknown measured tensor " + in_quotes(entry.key) + of_family,
                              did_you_mean_note(entry.key, family->measured));
+            };
+            for (const Node& entry : tolerances->items) {
+                // [tolerances.bf16]: bounds for the cases of that input dtype only
+                if (entry.kind == NodeKind::table && parse_dtype(entry.key)) {
+                    for (const Node& field : entry.items) check(field);
+                    continue;
+                }
+                check(entry);
             }
         }
     }
@@ -540,10 +549,10 @@ class Checker {
         const std::string& text = value.string_value;
         const std::size_t colon = text.rfind(':');
         if (colon == std::string::npos || colon == 0 || !is_identifier(text.substr(colon + 1))) {
-            diags_.error(value.span,
-                         "prologue.python must be \"path/file.py:function\", got " +
-                             in_quotes(text),
-                         "e.g. python = \"rwkv7.py:prologue\", the path relative to this file");
+            diags_.error(
+                value.span,
+                "prologue.python must be \"path/file.py:function\", got " + in_quotes(text),
+                "e.g. python = \"rwkv7.py:prologue\", the path relative to this file");
             return std::nullopt;
         }
         namespace fs = std::filesystem;

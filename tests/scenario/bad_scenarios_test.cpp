@@ -156,6 +156,10 @@ const BadFile kBadFiles[] = {
      "a name uses only letters, digits, '_', '.' and '-'"},
     {"Tolerance", "tolerance.toml", 14, 5, "tolerances.o must be positive and finite, got 0",
      "a tolerance bounds the relative RMS error of the tensor"},
+    {"ToleranceDtype", "tolerance_dtype.toml", 13, 1,
+     "[tolerances.fp64] names a dtype no input takes",
+     "a table per input dtype is one of [tolerances.fp32], [tolerances.fp16], "
+     "[tolerances.bf16]"},
     {"MatrixKey", "matrix_key.toml", 14, 1, "'family' cannot be varied in [matrix]",
      "[matrix] varies: layout, seed, initial_state, chunk_size, scale, cu_seqlens, "
      "dtypes.inputs, dtypes.gates, dtypes.state, dtypes.output, dtypes.cotangents, shape.B, "

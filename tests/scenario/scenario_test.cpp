@@ -160,6 +160,21 @@ TEST(ScenarioLoad, FullFileSetsEverySetting) {
     EXPECT_DOUBLE_EQ(c.tolerances.at("dq"), 1.0);
 }
 
+// [tolerances.bf16] holds for the bf16 cases alone, over the file's [tolerances]
+TEST(ScenarioLoad, TolerancesPerInputDtype) {
+    const auto cases = load(good_path("tolerance_per_dtype.toml"));
+    ASSERT_EQ(cases.size(), 2u);
+    for (const Case& c : cases) {
+        const bool bf16 = c.input_dtype == DType::bf16;
+        EXPECT_EQ(c.tolerances.size(), bf16 ? 3u : 2u) << c.id;
+        EXPECT_DOUBLE_EQ(c.tolerances.at("o"), bf16 ? 6e-3 : 5e-3) << c.id;
+        EXPECT_DOUBLE_EQ(c.tolerances.at("dq"), 1e-2) << c.id;
+        if (bf16) {
+            EXPECT_DOUBLE_EQ(c.tolerances.at("ht"), 7e-3);
+        }
+    }
+}
+
 TEST(ScenarioLoad, MatrixExpandsInDeclarationOrder) {
     const auto cases = load(good_path("matrix.toml"));
     std::vector<std::string> ids;
