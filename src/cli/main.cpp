@@ -25,7 +25,7 @@ commands:
   run       run scenario files against the float64 reference and write an HDF5 report
   validate  check scenario files without running them
   list      families, variants, backends and dtypes of this build
-  show      print a report: summary, one case, or every finding (as a table, JSON or CSV)
+  show      print a report: summary, one case, every finding, or the backends side by side
   gate      compare a run with a baseline (the CI numeric gate)
   diff      two reports side by side: environment, then the largest changes
   merge     join the reports of a run's shards (lav run --shard K/N) into one

@@ -1,5 +1,5 @@
-// src/cli/show.cpp — `lav show`: a report's summary, one case in full, or every finding, as a
-// console table, JSON or CSV.
+// src/cli/show.cpp — `lav show`: a report's summary, one case in full, every finding, or the
+// backends side by side, as a console table, JSON or CSV.
 #include <iostream>
 
 #include "cli/commands.h"
@@ -54,6 +54,9 @@ int cmd_show(const std::vector<std::string>& args) {
         "or a case id; its metrics, findings with their dtype histories, precision contract and "
         "trace")("findings", po::bool_switch(),
                  "every finding of the run, grouped by kind, with the records that carry it")(
+        "backends", po::bool_switch(),
+        "each family's backends side by side: records by verdict, worst rel_rmse forward and "
+        "backward (lav's rows beside a provider's on the same inputs)")(
         "format", po::value(&format)->value_name("table|json|csv"),
         "table (default), json (one document) or csv (a header row, then a row per record, "
         "metric or finding)")("color", po::value(&color)->value_name("auto|always|never"),
@@ -66,14 +69,22 @@ int cmd_show(const std::vector<std::string>& args) {
     LAV_CHECK_AS(UsageError, format == "table" || format == "json" || format == "csv",
                  "--format takes table, json or csv, got '", format, "'");
     const bool findings = vm["findings"].as<bool>();
-    LAV_CHECK_AS(UsageError, case_id.empty() || !findings,
-                 "--case and --findings are two views; give one");
+    const bool backends = vm["backends"].as<bool>();
+    LAV_CHECK_AS(UsageError, int(!case_id.empty()) + int(findings) + int(backends) <= 1,
+                 "--case, --findings and --backends are three views; give one");
     report::View view;
     view.color = use_color(color);
 
     const report::Report r = read_report_file(file);
     if (!case_id.empty()) {
         show_case(file, r, case_id, format, view);
+    } else if (backends) {
+        if (format == "json")
+            report::write_json_backends(std::cout, r);
+        else if (format == "csv")
+            report::write_csv_backends(std::cout, r);
+        else
+            report::print_backends(std::cout, r);
     } else if (!findings) {
         show_summary(file, r, format, view);
     } else if (format == "json") {

@@ -249,4 +249,50 @@ void write_csv_findings(std::ostream& out, const Report& report) {
                 {g.finding.kind, g.finding.tensor, g.finding.message, g.finding.history, id});
 }
 
+void write_json_backends(std::ostream& out, const Report& report) {
+    const auto worst = [](const BackendSide::Worst& w) {
+        if (!w.metric) return std::string("null");
+        return Object()
+            .str("record", w.record->id)
+            .str("variant", w.record->variant)
+            .str("tensor", w.metric->tensor)
+            .num("rel_rmse", w.metric->rel_rmse)
+            .text();
+    };
+    std::vector<std::string> sides;
+    for (const auto& side : backends_side_by_side(report))
+        sides.push_back(Object()
+                            .str("family", side.family)
+                            .str("backend", side.backend)
+                            .raw("records", std::to_string(side.records))
+                            .raw("pass", std::to_string(side.pass))
+                            .raw("warn", std::to_string(side.warn))
+                            .raw("fail", std::to_string(side.fail))
+                            .raw("error", std::to_string(side.error))
+                            .raw("worst_fwd", worst(side.fwd))
+                            .raw("worst_bwd", worst(side.bwd))
+                            .text());
+    out << Object().raw("backends", array(sides, "  ")).text() << '\n';
+}
+
+void write_csv_backends(std::ostream& out, const Report& report) {
+    out << csv_row({"family", "backend", "records", "pass", "warn", "fail", "error", "fwd_record",
+                    "fwd_tensor", "fwd_rel_rmse", "bwd_record", "bwd_tensor", "bwd_rel_rmse"});
+    for (const auto& side : backends_side_by_side(report)) {
+        std::vector<std::string> row = {side.family,
+                                        side.backend,
+                                        std::to_string(side.records),
+                                        std::to_string(side.pass),
+                                        std::to_string(side.warn),
+                                        std::to_string(side.fail),
+                                        std::to_string(side.error)};
+        for (const BackendSide::Worst* w : {&side.fwd, &side.bwd}) {
+            row.push_back(w->metric ? w->record->id : "");
+            row.push_back(w->metric ? w->metric->tensor : "");
+            row.push_back(w->metric ? csv_number(w->metric->rel_rmse) : "");
+        }
+        out << csv_row(row);
+    }
+}
+
 }  // namespace lav::report

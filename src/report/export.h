@@ -37,4 +37,11 @@ void write_json_findings(std::ostream& out, const Report& report);
 /// kind,tensor,message,history,record: a row per finding and record that carries it.
 void write_csv_findings(std::ostream& out, const Report& report);
 
+/// {"backends": [{family, backend, records, pass, warn, fail, error, worst_fwd, worst_bwd}]}
+/// as backends_side_by_side() has them; a worst is {record, variant, tensor, rel_rmse} or null.
+void write_json_backends(std::ostream& out, const Report& report);
+/// family,backend,records,pass,warn,fail,error, then record,tensor,rel_rmse of the worst forward
+/// and of the worst backward measure (empty where there is none): a row per family and backend.
+void write_csv_backends(std::ostream& out, const Report& report);
+
 }  // namespace lav::report

@@ -1,8 +1,10 @@
-// src/report/views.cpp — one case in full and the findings by kind, as console tables.
+// src/report/views.cpp — one case in full, the findings by kind and the backends side by side,
+// as console tables.
 #include "report/views.h"
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -122,6 +124,49 @@ void print_findings_by_kind(std::ostream& out, const Report& report) {
             out << "    in " << by_case(groups[i].records) << '\n';
         }
     }
+}
+
+std::vector<BackendSide> backends_side_by_side(const Report& report) {
+    std::map<std::pair<std::string, std::string>, BackendSide> sides;
+    for (const auto& r : report.cases) {
+        BackendSide& side = sides[{r.family, r.backend}];
+        side.family = r.family;
+        side.backend = r.backend;
+        ++side.records;
+        side.pass += r.verdict == "pass";
+        side.warn += r.verdict == "warn";
+        side.fail += r.verdict == "fail";
+        side.error += r.verdict == "error";
+        BackendSide::Worst& worst = r.pass == "bwd" ? side.bwd : side.fwd;
+        for (const auto& m : r.metrics) {
+            const double held = worst.metric ? worst.metric->rel_rmse : 0;
+            const bool worse =
+                !worst.metric || (std::isnan(m.rel_rmse) && !std::isnan(held)) || m.rel_rmse > held;
+            if (worse) worst = {&r, &m};
+        }
+    }
+    std::vector<BackendSide> out;
+    for (auto& [key, side] : sides) out.push_back(std::move(side));
+    return out;
+}
+
+void print_backends(std::ostream& out, const Report& report) {
+    const auto worst = [](const BackendSide::Worst& w) {
+        return w.metric ? sci(w.metric->rel_rmse) + " " + w.record->variant + " " + w.metric->tensor
+                        : std::string("-");
+    };
+    std::vector<std::vector<std::string>> rows = {{"family", "backend", "records", "pass", "warn",
+                                                   "fail", "error", "worst fwd", "worst bwd"}};
+    std::string family;
+    for (const auto& side : backends_side_by_side(report)) {
+        rows.push_back({side.family == family ? "" : side.family, side.backend,
+                        std::to_string(side.records), std::to_string(side.pass),
+                        std::to_string(side.warn), std::to_string(side.fail),
+                        std::to_string(side.error), worst(side.fwd), worst(side.bwd)});
+        family = side.family;
+    }
+    print_columns(out, rows);
+    out << "worst: the largest rel_rmse against the fp64 reference, with its variant and tensor\n";
 }
 
 }  // namespace lav::report

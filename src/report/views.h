@@ -1,9 +1,10 @@
-// src/report/views.h — the views of `lav show` beyond the summary: one case in full, and every
-// finding of a run grouped by kind.
+// src/report/views.h — the views of `lav show` beyond the summary: one case in full, every
+// finding of a run grouped by kind, and each family's backends side by side.
 //
 //   report::print_record(std::cout, record, view);  // metrics, findings, contract
 //   report::print_trace(std::cout, record.trace);   // the same in each record of a case
 //   report::print_findings_by_kind(std::cout, report);
+//   report::print_backends(std::cout, report);
 #pragma once
 
 #include <ostream>
@@ -39,5 +40,25 @@ void print_trace(std::ostream& out, const std::vector<TraceRow>& trace);
 /// Every finding grouped by kind: a heading per kind with its count, then each finding with its
 /// dtype history and the records that carry it, grouped by case.
 void print_findings_by_kind(std::ostream& out, const Report& report);
+
+/// One family under one backend: its records by verdict, and its worst measure in each pass.
+struct BackendSide {
+    std::string family, backend;
+    size_t records = 0, pass = 0, warn = 0, fail = 0, error = 0;
+    struct Worst {
+        const CaseRecord* record = nullptr;  ///< none where no record of the pass was measured
+        const MetricRow* metric = nullptr;
+    };
+    Worst fwd, bwd;
+};
+
+/// Every (family, backend) of `report`, families and their backends in name order. The worst
+/// measure is the largest rel_rmse, a NaN above all; an error record counts with the measures
+/// it was judged on (a provider that leaves a gradient out).
+std::vector<BackendSide> backends_side_by_side(const Report& report);
+
+/// backends_side_by_side as a table: a row per family and backend, its records by verdict, and
+/// the worst rel_rmse of its forward and of its backward records with their variant and tensor.
+void print_backends(std::ostream& out, const Report& report);
 
 }  // namespace lav::report

@@ -6,6 +6,8 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <limits>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -167,7 +169,7 @@ TEST(Conventions, ShowFindingsGroupsByKindWithTheirRecords) {
 
 TEST(Conventions, ShowFormatsAreMachineReadable) {
     const std::string file = awkward_report();
-    for (const char* view : {"", " --findings", " --case 'odd,\"name\"[a=1]'"}) {
+    for (const char* view : {"", " --findings", " --backends", " --case 'odd,\"name\"[a=1]'"}) {
         const Result json = stdout_of("show " + file + view + " --format json");
         EXPECT_EQ(json.code, 0) << view << json.output;
         EXPECT_TRUE(one_json_document(json.output)) << view << "\n" << json.output;
@@ -187,6 +189,62 @@ TEST(Conventions, ShowFormatsAreMachineReadable) {
     EXPECT_EQ(header.output.rfind("id,verdict,worst,rel_rmse,bound,seconds\n", 0), 0u)
         << header.output;
     EXPECT_EQ(lav("show " + file + " --format yaml").code, 2);
+}
+
+// lav show --backends: a row per family and backend, families and backends in name order, its
+// records by verdict and the worst rel_rmse of each pass; a NaN is the worst, and an error
+// record counts with the measures it was judged on.
+TEST(Conventions, ShowBackendsPutsEachFamilysBackendsSideBySide) {
+    report::Report r;
+    r.complete = true;
+    const auto record = [&r](const std::string& family, const std::string& variant,
+                             const std::string& backend, const std::string& pass,
+                             const std::string& verdict,
+                             std::vector<std::pair<std::string, double>> measures) {
+        report::CaseRecord c;
+        c.id = family + "_case/" + variant + "/" + backend + "/" + pass;
+        c.family = family;
+        c.variant = variant;
+        c.backend = backend;
+        c.pass = pass;
+        c.verdict = verdict;
+        for (const auto& [tensor, rel_rmse] : measures)
+            c.metrics.push_back({tensor, "bf16", "bf16", rel_rmse, 0, "[0]", 0, 0, 1e-2, true});
+        r.cases.push_back(c);
+    };
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    record("simple_gla", "chunk", "fla", "fwd", "pass", {{"o", 3e-3}});
+    record("simple_gla", "chunk", "cpu", "fwd", "pass", {{"o", 2e-3}, {"ht", 1e-3}});
+    record("simple_gla", "recurrent", "fla", "fwd", "fail", {{"o", 4e-3}});
+    record("simple_gla", "chunk", "fla", "bwd", "error", {{"dk", 1e-2}, {"dq", nan}, {"dv", 1}});
+    record("gla", "recurrent", "cpu", "bwd", "pass", {{"dq", 5e-3}});
+    record("gla", "chunk", "cpu", "fwd", "error", {});
+    const std::string path = scratch("backends.h5");
+    report::write_report(path, r);
+
+    const Result table = lav("show " + path + " --backends");
+    ASSERT_EQ(table.code, 0) << table.output;
+    std::vector<std::vector<std::string>> rows;
+    std::istringstream lines(table.output);
+    for (std::string line; std::getline(lines, line);) {
+        std::istringstream words(line);
+        rows.emplace_back(std::istream_iterator<std::string>(words),
+                          std::istream_iterator<std::string>());
+    }
+    const std::vector<std::vector<std::string>> expected = {
+        {"gla", "cpu", "2", "1", "0", "0", "1", "-", "5.00e-03", "recurrent", "dq"},
+        {"simple_gla", "cpu", "1", "1", "0", "0", "0", "2.00e-03", "chunk", "o", "-"},
+        {"fla", "3", "1", "0", "1", "1", "4.00e-03", "recurrent", "o", "nan", "chunk", "dq"}};
+    ASSERT_GE(rows.size(), 4u) << table.output;
+    for (size_t i = 0; i < expected.size(); ++i)
+        EXPECT_EQ(rows[i + 1], expected[i]) << table.output;
+
+    const Result csv = stdout_of("show " + path + " --backends --format csv");
+    EXPECT_TRUE(has(csv.output,
+                    "simple_gla,fla,3,1,0,1,1,simple_gla_case/recurrent/fla/fwd,o,"
+                    "0.004,simple_gla_case/chunk/fla/bwd,dq,nan\n"))
+        << csv.output;
+    EXPECT_EQ(lav("show " + path + " --backends --findings").code, 2);
 }
 
 TEST(Conventions, ShowExitsZeroForAReportOfFailures) {
