@@ -3,9 +3,9 @@
 versions() reports TRITON_CACHE_DIR as os.environ has it (lav run --triton-cache sets it before
 the interpreter starts). recurrent_simple_gla multiplies the bf16 q by an fp32 tensor before
 running torchref's recurrence: an op that promotes, for the dtype tracer to see.
-chunk_simple_gla runs the same recurrence on a detached gate: its backward gives no dg, as an
-outside kernel that does not differentiate one of its inputs, and refuses bf16 inputs after
-compiling, as a Triton kernel that asserts on its dtypes does. The first call of each function
+chunk_simple_gla runs the same recurrence on a detached gate and hands back its final state
+detached: its backward gives no dg and never reads dht, as FLA 0.6.0's chunk_hgrn (no dh0, no
+dht); it refuses bf16 inputs after compiling, as a Triton kernel that asserts on its dtypes does. The first call of each function
 "compiles" for 0.2 s, as a JIT does, and jit_seconds() counts it. unsupported() says what the
 probe lacks, as FLA's provider does.
 """
@@ -62,5 +62,6 @@ def chunk_simple_gla(q, k, v, g=None, h0=None, *, scale, head_first, cu_seqlens,
     if q.dtype == torch.bfloat16:
         raise AssertionError("probe's chunk does not support bfloat16")
     g = None if g is None else g.detach()
-    return torchref.recurrent_simple_gla(q, k, v, g, h0, scale=scale, head_first=head_first,
-                                         cu_seqlens=cu_seqlens, state_dtype=state_dtype)
+    o, ht = torchref.recurrent_simple_gla(q, k, v, g, h0, scale=scale, head_first=head_first,
+                                          cu_seqlens=cu_seqlens, state_dtype=state_dtype)
+    return o, ht.detach()
