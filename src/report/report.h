@@ -122,7 +122,7 @@ struct CaseRecord {
     std::string cu_seqlens;  ///< "[0, 100, 1024]" or ""
     uint64_t seed = 0;
     /// "pass"; "warn" (the measures pass, with a dtype finding); "fail" (a verification failed);
-    /// "error" (it could not run)
+    /// "error" (it could not run, or it left out a declared result: the others are measured)
     std::string verdict;
     std::string message;  ///< why, for "warn", "fail" and "error"
     /// wall time of the record: the case's reference, its kernel, measures and checks
