@@ -487,6 +487,14 @@ int cmd_run(const std::vector<std::string>& args, const std::string& command_lin
     std::unique_ptr<report::ReportWriter> writer;
     if (!resume.empty()) {
         report::Report previous = read_report_file(resume);
+        // a report names one lav's commit: another lav's records would pass under it
+        const std::string& was = previous.run.git_commit;
+        LAV_CHECK_AS(UsageError,
+                     was == info.git_commit || was.empty() || was == "unknown" ||
+                         info.git_commit == "unknown",
+                     resume, " was written by lav ", was, " and this is lav ", info.git_commit,
+                     ": the records of both would stand under its commit\nnote: finish it with "
+                     "the lav that wrote it, or run it again without --resume");
         LAV_CHECK_AS(UsageError,
                      previous.run.shard == info.shard && previous.run.selection == info.selection,
                      resume, " was run ",

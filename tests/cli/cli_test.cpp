@@ -319,6 +319,28 @@ TEST(Cli, KilledRunResumesToTheUninterruptedResult) {
     }
 }
 
+// A report names the commit of the lav that wrote it, so another lav does not resume it.
+TEST(Cli, ResumeRefusesAReportOfAnotherCommit) {
+    const Result version = lav("version");
+    if (version.output.find("(unknown)") != std::string::npos)
+        GTEST_SKIP() << "this lav does not know its commit: " << version.output;
+    report::Report r;
+    r.complete = false;
+    r.run.git_commit = "0123456789ab";
+    const fs::path other = scratch("other_commit.h5");
+    report::write_report(other.string(), r);
+    const Result resumed =
+        lav("run tests/data/scenarios/cli/long_run.toml --resume " + other.string());
+    EXPECT_EQ(resumed.code, 2) << resumed.output;
+    EXPECT_NE(resumed.output.find(other.string() + " was written by lav 0123456789ab and this is "
+                                                   "lav "),
+              std::string::npos)
+        << resumed.output;
+    EXPECT_NE(resumed.output.find("note: finish it with the lav that wrote it"), std::string::npos)
+        << resumed.output;
+    EXPECT_FALSE(report::read_report(other.string()).complete) << "left as it was";
+}
+
 TEST(Cli, GateBaselineDiffAndJunit) {
     const fs::path run = scratch("gate_run.h5");
     const fs::path base = scratch("gate_base.h5");
