@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "common/lav_command.h"
 #include "report/report.h"
@@ -32,6 +33,20 @@ Ran run_and_read(const std::string& args, const std::string& name) {
     Ran ran{test::lav("run " + args + " --out " + out), {}};
     ran.rep = report::read_report(out);
     return ran;
+}
+
+// The backward records of a run whose forward records must pass and backward ones be errors.
+std::vector<const report::CaseRecord*> erroring_backwards(const report::Report& rep) {
+    std::vector<const report::CaseRecord*> backwards;
+    for (const report::CaseRecord& r : rep.cases) {
+        if (r.pass == "fwd") {
+            EXPECT_EQ(r.verdict, "pass") << r.id << ": " << r.message;
+            continue;
+        }
+        EXPECT_EQ(r.verdict, "error") << r.id;
+        backwards.push_back(&r);
+    }
+    return backwards;
 }
 
 TEST(PythonProvider, RowsRunBesideLavsOwnWithErrorsAsRecords) {
@@ -137,26 +152,21 @@ TEST(PythonProvider, AGradientTheProviderLeavesOutIsAnErrorRecord) {
     EXPECT_EQ(run.code, 1) << run.output;
     ASSERT_TRUE(rep.complete);
     ASSERT_EQ(rep.cases.size(), 2u);
-    for (const report::CaseRecord& r : rep.cases) {
-        if (r.pass == "fwd") {
-            EXPECT_EQ(r.verdict, "pass") << r.id << ": " << r.message;
-            continue;
-        }
-        EXPECT_EQ(r.verdict, "error") << r.id;
-        EXPECT_EQ(r.message,
+    for (const report::CaseRecord* r : erroring_backwards(rep)) {
+        EXPECT_EQ(r->message,
                   "probe chunk simple_gla gives no dg; judged on the gradients it "
                   "gives, the record cannot pass without every one simple_gla declares");
         std::vector<std::string> judged, failed;
-        for (const report::MetricRow& m : r.metrics) {
+        for (const report::MetricRow& m : r->metrics) {
             judged.push_back(m.tensor);
             if (!m.pass) failed.push_back(m.tensor);
         }
-        EXPECT_EQ(judged, (std::vector<std::string>{"dq", "dk", "dv", "dh0"})) << r.id;
-        EXPECT_EQ(failed, (std::vector<std::string>{"dk", "dv", "dh0"})) << r.id;
+        EXPECT_EQ(judged, (std::vector<std::string>{"dq", "dk", "dv", "dh0"})) << r->id;
+        EXPECT_EQ(failed, (std::vector<std::string>{"dk", "dv", "dh0"})) << r->id;
         std::vector<std::string> dropped;
-        for (const report::Finding& f : r.findings)
+        for (const report::Finding& f : r->findings)
             if (f.kind == "DROPPED_COTANGENT") dropped.push_back(f.tensor);
-        EXPECT_EQ(dropped, std::vector<std::string>{"dht"}) << r.id;
+        EXPECT_EQ(dropped, std::vector<std::string>{"dht"}) << r->id;
     }
 }
 
@@ -197,17 +207,11 @@ TEST(PythonProvider, AForwardOnlyFunctionsBackwardIsAnErrorNamingIt) {
                      "forward_only.h5");
     EXPECT_EQ(run.code, 1) << run.output;
     ASSERT_EQ(rep.cases.size(), 2u);
-    for (const report::CaseRecord& r : rep.cases) {
-        if (r.pass == "fwd") {
-            EXPECT_EQ(r.verdict, "pass") << r.id << ": " << r.message;
-            continue;
-        }
-        EXPECT_EQ(r.verdict, "error") << r.id;
-        EXPECT_NE(r.message.find("RuntimeError: chunk_simple_gla: no output takes part in "
-                                 "autograd, so there is no backward to check"),
+    for (const report::CaseRecord* r : erroring_backwards(rep))
+        EXPECT_NE(r->message.find("RuntimeError: chunk_simple_gla: no output takes part in "
+                                  "autograd, so there is no backward to check"),
                   std::string::npos)
-            << r.message;
-    }
+            << r->message;
 }
 
 // What a provider's jit_seconds() counts during a record is the record's jit_seconds, within its
