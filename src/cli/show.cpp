@@ -59,8 +59,9 @@ int cmd_show(const std::vector<std::string>& args) {
         "backward (lav's rows beside a provider's on the same inputs)")(
         "format", po::value(&format)->value_name("table|json|csv"),
         "table (default), json (one document) or csv (a header row, then a row per record, "
-        "metric or finding)")("color", po::value(&color)->value_name("auto|always|never"),
-                              "colour verdicts: auto (default) on a terminal without NO_COLOR");
+        "metric, finding, or family and backend)")(
+        "color", po::value(&color)->value_name("auto|always|never"),
+        "colour verdicts: auto (default) on a terminal without NO_COLOR");
     po::positional_options_description positional;
     positional.add("file", 1);
     po::variables_map vm;

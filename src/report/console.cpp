@@ -156,22 +156,25 @@ std::string jit_line(const Report& report) {
 
 }  // namespace
 
+void VerdictCounts::add(const std::string& verdict) {
+    ++records;
+    if (verdict == "pass")
+        ++pass;
+    else if (verdict == "warn")
+        ++warn;
+    else if (verdict == "fail")
+        ++fail;
+    else
+        ++error;
+}
+
 std::string totals_line(const Report& report, const View& view) {
-    size_t passed = 0, warned = 0, failed = 0, errors = 0;
-    for (const CaseRecord& c : report.cases) {
-        if (c.verdict == "pass")
-            ++passed;
-        else if (c.verdict == "warn")
-            ++warned;
-        else if (c.verdict == "fail")
-            ++failed;
-        else
-            ++errors;
-    }
+    VerdictCounts n;
+    for (const CaseRecord& c : report.cases) n.add(c.verdict);
     const std::string why = view.why_incomplete.empty() ? "" : ": " + view.why_incomplete;
-    return plural(report.cases.size(), "case") + ": " + std::to_string(passed) + " passed, " +
-           std::to_string(warned) + " warned, " + std::to_string(failed) + " failed, " +
-           plural(errors, "error") + (report.complete ? "" : " (incomplete run" + why + ")") +
+    return plural(n.records, "case") + ": " + std::to_string(n.pass) + " passed, " +
+           std::to_string(n.warn) + " warned, " + std::to_string(n.fail) + " failed, " +
+           plural(n.error, "error") + (report.complete ? "" : " (incomplete run" + why + ")") +
            jit_line(report);
 }
 

@@ -26,6 +26,12 @@ struct View {
     std::string why_incomplete;
 };
 
+/// Records by verdict; a verdict other than pass, warn or fail counts as an error.
+struct VerdictCounts {
+    size_t records = 0, pass = 0, warn = 0, fail = 0, error = 0;
+    void add(const std::string& verdict);
+};
+
 /// "1 case", "3 cases": a count and its noun, in the plural unless it is one.
 std::string plural(size_t n, const char* noun);
 

@@ -58,6 +58,15 @@ std::string csv_row(const std::vector<std::string>& fields) {
     return out + "\n";
 }
 
+// "records", "pass", "warn", "fail", "error" added to `o`
+Object& with_counts(Object& o, const VerdictCounts& n) {
+    return o.raw("records", std::to_string(n.records))
+        .raw("pass", std::to_string(n.pass))
+        .raw("warn", std::to_string(n.warn))
+        .raw("fail", std::to_string(n.fail))
+        .raw("error", std::to_string(n.error));
+}
+
 std::string record_json(const CaseRecord& r) {
     std::vector<std::string> metrics, findings, items, trace;
     for (const auto& m : r.metrics)
@@ -156,11 +165,10 @@ std::string csv_field(const std::string& text) {
 }
 
 void write_json_summary(std::ostream& out, const std::string& file, const Report& report) {
-    size_t counts[4] = {};
-    const char* verdicts[4] = {"pass", "warn", "fail", "error"};
+    VerdictCounts counts;
     std::vector<std::string> records;
     for (const auto& r : report.cases) {
-        for (size_t i = 0; i < 4; ++i) counts[i] += r.verdict == verdicts[i];
+        counts.add(r.verdict);
         const MetricRow* worst = r.worst();
         Object row;
         row.str("id", r.id).str("verdict", r.verdict);
@@ -171,8 +179,7 @@ void write_json_summary(std::ostream& out, const std::string& file, const Report
         records.push_back(row.text());
     }
     Object totals;
-    totals.raw("records", std::to_string(report.cases.size()));
-    for (size_t i = 0; i < 4; ++i) totals.raw(verdicts[i], std::to_string(counts[i]));
+    with_counts(totals, counts);
     const RunInfo& run = report.run;
     out << Object()
                .str("file", file)
@@ -260,18 +267,14 @@ void write_json_backends(std::ostream& out, const Report& report) {
             .text();
     };
     std::vector<std::string> sides;
-    for (const auto& side : backends_side_by_side(report))
-        sides.push_back(Object()
-                            .str("family", side.family)
-                            .str("backend", side.backend)
-                            .raw("records", std::to_string(side.records))
-                            .raw("pass", std::to_string(side.pass))
-                            .raw("warn", std::to_string(side.warn))
-                            .raw("fail", std::to_string(side.fail))
-                            .raw("error", std::to_string(side.error))
+    for (const auto& side : backends_side_by_side(report)) {
+        Object o;
+        o.str("family", side.family).str("backend", side.backend);
+        sides.push_back(with_counts(o, side.verdicts)
                             .raw("worst_fwd", worst(side.fwd))
                             .raw("worst_bwd", worst(side.bwd))
                             .text());
+    }
     out << Object().raw("backends", array(sides, "  ")).text() << '\n';
 }
 
@@ -279,13 +282,14 @@ void write_csv_backends(std::ostream& out, const Report& report) {
     out << csv_row({"family", "backend", "records", "pass", "warn", "fail", "error", "fwd_record",
                     "fwd_tensor", "fwd_rel_rmse", "bwd_record", "bwd_tensor", "bwd_rel_rmse"});
     for (const auto& side : backends_side_by_side(report)) {
+        const VerdictCounts& n = side.verdicts;
         std::vector<std::string> row = {side.family,
                                         side.backend,
-                                        std::to_string(side.records),
-                                        std::to_string(side.pass),
-                                        std::to_string(side.warn),
-                                        std::to_string(side.fail),
-                                        std::to_string(side.error)};
+                                        std::to_string(n.records),
+                                        std::to_string(n.pass),
+                                        std::to_string(n.warn),
+                                        std::to_string(n.fail),
+                                        std::to_string(n.error)};
         for (const BackendSide::Worst* w : {&side.fwd, &side.bwd}) {
             row.push_back(w->metric ? w->record->id : "");
             row.push_back(w->metric ? w->metric->tensor : "");

@@ -132,11 +132,7 @@ std::vector<BackendSide> backends_side_by_side(const Report& report) {
         BackendSide& side = sides[{r.family, r.backend}];
         side.family = r.family;
         side.backend = r.backend;
-        ++side.records;
-        side.pass += r.verdict == "pass";
-        side.warn += r.verdict == "warn";
-        side.fail += r.verdict == "fail";
-        side.error += r.verdict == "error";
+        side.verdicts.add(r.verdict);
         BackendSide::Worst& worst = r.pass == "bwd" ? side.bwd : side.fwd;
         for (const auto& m : r.metrics) {
             const double held = worst.metric ? worst.metric->rel_rmse : 0;
@@ -160,9 +156,9 @@ void print_backends(std::ostream& out, const Report& report) {
     std::string family;
     for (const auto& side : backends_side_by_side(report)) {
         rows.push_back({side.family == family ? "" : side.family, side.backend,
-                        std::to_string(side.records), std::to_string(side.pass),
-                        std::to_string(side.warn), std::to_string(side.fail),
-                        std::to_string(side.error), worst(side.fwd), worst(side.bwd)});
+                        std::to_string(side.verdicts.records), std::to_string(side.verdicts.pass),
+                        std::to_string(side.verdicts.warn), std::to_string(side.verdicts.fail),
+                        std::to_string(side.verdicts.error), worst(side.fwd), worst(side.bwd)});
         family = side.family;
     }
     print_columns(out, rows);

@@ -44,7 +44,7 @@ void print_findings_by_kind(std::ostream& out, const Report& report);
 /// One family under one backend: its records by verdict, and its worst measure in each pass.
 struct BackendSide {
     std::string family, backend;
-    size_t records = 0, pass = 0, warn = 0, fail = 0, error = 0;
+    VerdictCounts verdicts;
     struct Worst {
         const CaseRecord* record = nullptr;  ///< none where no record of the pass was measured
         const MetricRow* metric = nullptr;
