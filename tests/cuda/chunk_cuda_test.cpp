@@ -105,11 +105,33 @@ TEST(RowGateForward, RefusesWhatItDoesNotCompute) {
     float o = 0.f;
     p.o.data = &o;
     p.gate = lav::cuda::Gate::per_key;
-    EXPECT_THROW(lav::cuda::gated_linear_tc_row_fwd(p, nullptr), std::invalid_argument);
+    EXPECT_THROW(lav::cuda::gated_linear_tc_row_fwd(p, nullptr, nullptr), std::invalid_argument);
     p.gate = lav::cuda::Gate::per_head;
     p.o.data = nullptr;
-    EXPECT_THROW(lav::cuda::gated_linear_tc_row_fwd(p, nullptr), std::invalid_argument);
+    EXPECT_THROW(lav::cuda::gated_linear_tc_row_fwd(p, nullptr, nullptr), std::invalid_argument);
     p.o.data = &o;
     p.q.dtype = p.k.dtype = p.v.dtype = lav::cuda::DType::f32;
-    EXPECT_THROW(lav::cuda::gated_linear_tc_row_fwd(p, nullptr), std::invalid_argument);
+    EXPECT_THROW(lav::cuda::gated_linear_tc_row_fwd(p, nullptr, nullptr), std::invalid_argument);
+}
+
+// A few long sequences leave most multiprocessors idle, one block per (sequence, head, value
+// tile), so the row-gate forward cuts them into segments (and needs scratch for what each
+// segment carries to the next); 80 heads of short sequences fill the GPU as they are. The
+// segmented forward's results are checked in tests/families/cuda_rows_test.cpp (one head over
+// 1000 positions).
+TEST(RowGateForward, CutsFewLongSequencesIntoSegments) {
+    if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+    lav::cuda::GatedLinearProblem p;
+    p.q.dtype = p.k.dtype = p.v.dtype = lav::cuda::DType::bf16;
+    p.gate = lav::cuda::Gate::per_head;
+    p.dk = p.dv = 64;
+    p.chunk = 64;
+    p.seqs.n = 2;
+    p.seqs.t = 1000;
+    p.heads = 1;
+    EXPECT_GT(lav::cuda::gated_linear_tc_row_workspace_floats(p), 0);
+    p.seqs.t = 100;
+    p.heads = 80;
+    p.dk = p.dv = 128;
+    EXPECT_EQ(lav::cuda::gated_linear_tc_row_workspace_floats(p), 0);
 }

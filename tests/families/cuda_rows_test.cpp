@@ -6,7 +6,8 @@
 // outputs as NaN, so an element left unwritten shows) and within kSameContract: over dtypes and
 // 16-bit states, both layouts, packed batches with an empty sequence and ragged ends, chunk
 // sizes, head widths that are not powers of two (K = 37, V = 42), 80 heads, gates decaying
-// eight times as fast as drawn, no initial state, and each option value. A second run of the
+// eight times as fast as drawn, no initial state, each option value, and one head over
+// sequences of up to 1000 positions. A second run of the
 // CUDA row must give the same bits (its sums have a fixed order), or a nightly gate would see
 // noise as regressions. Skips without a CUDA device; a build without CUDA rows has no cases.
 #include <ATen/ATen.h>
@@ -31,7 +32,8 @@ struct CudaCase {
     DType in = DType::bf16;
     DType state = DType::fp32;
     bool head_first = false;
-    std::vector<int64_t> cu;  ///< empty: a dense batch of B = 2, T = 100
+    std::vector<int64_t> cu;  ///< empty: a dense batch of B = 2, T positions
+    int64_t T = 100;
     int64_t chunk = 64;
     int64_t H = 3, K = 64, V = 64;
     bool h0 = true;
@@ -56,6 +58,7 @@ Case case_of(const Family& f, const CudaCase& k) {
     c.layout = k.head_first ? Layout::head_first : Layout::head_last;
     c.chunk_size = k.chunk;
     c.initial_state = k.h0;
+    c.T = k.T;
     if (!k.cu.empty()) c = packed(c, k.cu);
     if (k.strong_gates)
         for (const harness::TensorSpec& s : harness::specs_of(f, c, Role::input)) {
@@ -86,6 +89,7 @@ std::string case_name(const testing::TestParamInfo<CudaCase>& info) {
     n += "_H" + std::to_string(k.H) + "_K" + std::to_string(k.K) + "_V" + std::to_string(k.V);
     n += c.head_first ? "_head_first" : "_head_last";
     if (!c.cu.empty()) n += "_varlen";
+    if (c.cu.empty() && c.T != 100) n += "_T" + std::to_string(c.T);
     if (c.variant == "chunk") n += "_C" + std::to_string(c.chunk);
     if (c.strong_gates) n += "_strong_gates";
     if (!c.h0) n += "_no_h0";
@@ -146,6 +150,22 @@ std::vector<CudaCase> cases() {
             c.K = 100, c.V = 100;
             add(c);
             c.K = 60, c.V = 128;
+            add(c);
+        }
+        // one head over long sequences, each option value: too few blocks to fill the GPU, so
+        // the row-gate forward cuts the sequences into segments that run side by side
+        for (const Options& o : chunk ? option_list : std::vector<Options>{base.options})
+            for (const int64_t size : chunk ? std::vector<int64_t>{16, 64} : chunks) {
+                CudaCase c = base;
+                c.options = o;
+                c.H = 1, c.T = 1000, c.chunk = size;
+                add(c);
+                c.head_first = true, c.cu = {0, 0, 37, 700, 1000}, c.state = DType::bf16;
+                add(c);
+            }
+        if (chunk) {
+            CudaCase c = base;
+            c.H = 1, c.T = 1000, c.K = 128, c.V = 128;
             add(c);
         }
         // gates too strong for a chunk's decays to be factored

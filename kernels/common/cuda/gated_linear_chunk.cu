@@ -520,14 +520,18 @@ void launch_chunks(void (*kernel)(Params...), size_t bytes, const GatedLinearPro
 }  // namespace
 
 int64_t gated_linear_chunk_workspace_floats(const GatedLinearProblem& p, bool backward) {
-    // the tensor-core forward keeps its states on chip
-    if (!backward && gated_linear_tc_fits(p)) return 0;
+    // the tensor-core forwards keep their states on chip, but for the row-gate forward's
+    // segments
+    if (!backward && gated_linear_tc_fits(p))
+        return p.gate == Gate::per_key ? 0 : gated_linear_tc_row_workspace_floats(p);
     return ((backward ? 2 : 1) * state_bytes(p) + 3) / 4;
 }
 
 void gated_linear_chunk_fwd(const GatedLinearProblem& p, float* workspace, cudaStream_t stream) {
     check_problem(p);
     if (p.seqs.n == 0 || p.heads == 0 || p.dv == 0) return;
+    if (gated_linear_tc_fits(p) && p.gate != Gate::per_key)
+        return gated_linear_tc_row_fwd(p, workspace, stream);
     if (gated_linear_tc_fits(p)) return gated_linear_tc_fwd(p, nullptr, stream);
     launch_states<false>(p, p.k, p.v, p.h0, p.ht, workspace, stream);
     launch_chunks(chunk_output, sizeof(OutputTiles), p, stream, "gated linear chunk o", p,

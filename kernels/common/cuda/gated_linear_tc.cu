@@ -422,12 +422,6 @@ bool gated_linear_tc_fits(const GatedLinearProblem& p) {
 void gated_linear_tc_fwd(const GatedLinearProblem& p, void* states, cudaStream_t stream) {
     if (!gated_linear_tc_fits(p))
         throw std::invalid_argument("gated linear tensor-core forward: inputs do not fit");
-    if (p.gate != Gate::per_key && p.o.data != nullptr) {
-        if (states != nullptr)
-            throw std::invalid_argument(
-                "gated linear tensor-core forward: a gate per row gives o or states, not both");
-        return gated_linear_tc_row_fwd(p, stream);
-    }
     launch_any(p, states, /*reverse=*/false, stream);
 }
 

@@ -20,13 +20,18 @@ bool gated_linear_tc_fits(const GatedLinearProblem& p);
 
 /// One pass over the chunks of every sequence and head, carrying the state on chip: writes o
 /// and ht when p.o.data / p.ht are set, and the state entering each chunk (state dtype, the
-/// chunk variant's slot layout) when `states` is set. Needs gated_linear_tc_fits(p).
+/// chunk variant's slot layout) when `states` is set. Needs gated_linear_tc_fits(p); the
+/// forward of a gate per row is gated_linear_tc_row_fwd.
 void gated_linear_tc_fwd(const GatedLinearProblem& p, void* states, cudaStream_t stream);
+
+/// fp32 scratch gated_linear_tc_row_fwd needs for p: 0 unless it cuts the sequences into
+/// segments.
+int64_t gated_linear_tc_row_workspace_floats(const GatedLinearProblem& p);
 
 /// The forward of a gate per row (Gate::none, per_head or constant), o and ht only: the
 /// state kept in registers as an mma operand (gated_linear_tc_row.cu). Needs
-/// gated_linear_tc_fits(p).
-void gated_linear_tc_row_fwd(const GatedLinearProblem& p, cudaStream_t stream);
+/// gated_linear_tc_fits(p) and gated_linear_tc_row_workspace_floats(p) floats of `workspace`.
+void gated_linear_tc_row_fwd(const GatedLinearProblem& p, float* workspace, cudaStream_t stream);
 
 /// Whether the backward's state gradient pass fits: gated_linear_tc_fits(p), and d_o in the
 /// input dtype.
