@@ -23,7 +23,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "common/cuda/cuda_check.h"
@@ -409,12 +408,13 @@ RowPlan plan(const GatedLinearProblem& p) {
     if (p.dv > 64 && heads * ((p.dv + 63) / 64) > sms) r.values = 128;
     const int64_t blocks = heads * ((p.dv + r.values - 1) / r.values);
     const int64_t resident = int64_t(r.values == 64 ? 2 : 1) * sms;
-    // segments while the blocks of all of them run at once and each has two chunks or more
+    // segments only where the blocks fill a quarter of the GPU or less: two segments, at a
+    // half, measured slower than one (bench/results/2026-11-28-h200-row-segments.md); as many
+    // as run at once, each of two chunks or more
     const int64_t len = p.seqs.cu_seqlens != nullptr ? p.seqs.t / p.seqs.n : p.seqs.t;
     const int64_t chunks = (len + p.chunk - 1) / p.chunk;
-    int64_t segments = std::min(resident / std::max<int64_t>(blocks, 1), chunks / 2);
-    if (const char* force = std::getenv("LAV_ROW_SEGMENTS")) segments = std::atoi(force);
-    r.segments = int(std::clamp<int64_t>(segments, 1, 1024));
+    const int64_t fit = resident / std::max<int64_t>(blocks, 1);
+    if (fit >= 4) r.segments = int(std::clamp<int64_t>(std::min(fit, chunks / 2), 1, 1024));
     return r;
 }
 
