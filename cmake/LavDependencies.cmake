@@ -55,10 +55,13 @@ if(NOT LAV_ENABLE_CUDA STREQUAL "OFF")
     endif()
 endif()
 
+# the GPUs the CUDA build compiles for: Hopper first, Ampere too (tests/cuda compiles the kernels
+# for them in builds without CUDA, where nvcc is there)
+set(LAV_CUDA_ARCHITECTURES 80 90)
 if(LAV_CUDA)
-    # Hopper first, Ampere too; static kernels also go into liblav_ops.so, so all code is PIC
+    # static kernels also go into liblav_ops.so, so all code is PIC
     if(NOT CMAKE_CUDA_ARCHITECTURES)
-        set(CMAKE_CUDA_ARCHITECTURES 80 90)
+        set(CMAKE_CUDA_ARCHITECTURES ${LAV_CUDA_ARCHITECTURES})
     endif()
     set(CMAKE_POSITION_INDEPENDENT_CODE ON)
     set(CMAKE_CUDA_STANDARD 17)
