@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# tools/gpu.sh — on the CUDA machine: configure with CUDA, build, run the gpu tests; with
-# --sanitize also under compute-sanitizer (memcheck, racecheck, synccheck); with
-# --scenarios DIR... also `lav run`.
+# tools/gpu.sh — on the CUDA machine: configure with CUDA, build, run the gpu tests (--tests REGEX:
+# those whose names match, as ctest -R); with --sanitize also under compute-sanitizer (memcheck,
+# racecheck, synccheck); with --scenarios DIR... also `lav run`.
 # Logs and reports go to build-gpu/last/, and are copied to $OUT when set. Needs .devdeps/
 # (tools/devdeps.sh).
 set -uo pipefail
@@ -10,10 +10,12 @@ out=build-gpu/last
 rm -rf "$out" && mkdir -p "$out"
 trap '[ -n "${OUT:-}" ] && cp -r "$out"/. "$OUT"/' EXIT
 sanitize=0
+tests=""
 scenarios=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --sanitize) sanitize=1 ;;
+        --tests) shift; tests="${1:?gpu.sh: --tests needs a regular expression}" ;;
         --scenarios) shift; while [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; do scenarios+=("$1"); shift; done; continue ;;
         *) echo "gpu.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -34,7 +36,7 @@ keep_going=()
 [ ${#generator[@]} -gt 0 ] && keep_going=(-- -k 0)
 cmake --build build-gpu -j "$(nproc)" ${LAV_GPU_TARGETS:+--target $LAV_GPU_TARGETS} \
     "${keep_going[@]}" >"$out/build.log" 2>&1 || grep -E "error" -A3 "$out/build.log" | head -60
-ctest --test-dir build-gpu -L gpu -j 8 --output-on-failure --output-junit "$PWD/$out/gpu-tests.xml" \
+ctest --test-dir build-gpu -L gpu ${tests:+-R "$tests"} -j 8 --output-on-failure --output-junit "$PWD/$out/gpu-tests.xml" \
     >"$out/gpu-tests.log" 2>&1
 status=$?
 tail -5 "$out/gpu-tests.log"
