@@ -1,7 +1,7 @@
 // tests/cuda/chunk_cuda_test.cpp — what the CUDA kernels of simple_gla, gla and hgrn do that no
-// row shows: their contract's tensor-core operands, the row-gate forward's refusals, and int32
-// cu_seqlens. Every CUDA row against its CPU row: tests/families/cuda_rows_test.cpp. Skips
-// without a GPU.
+// row shows: their contract's tensor-core operands, the row-gate forward's refusals and when it
+// cuts sequences into segments, and int32 cu_seqlens. Every CUDA row against its CPU row:
+// tests/families/cuda_rows_test.cpp. Skips without a GPU.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 

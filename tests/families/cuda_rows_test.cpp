@@ -7,9 +7,9 @@
 // 16-bit states, both layouts, packed batches with an empty sequence and ragged ends, chunk
 // sizes, head widths that are not powers of two (K = 37, V = 42), 80 heads, gates decaying
 // eight times as fast as drawn, no initial state, each option value, and one head over
-// sequences of up to 1000 positions. A second run of the
-// CUDA row must give the same bits (its sums have a fixed order), or a nightly gate would see
-// noise as regressions. Skips without a CUDA device; a build without CUDA rows has no cases.
+// sequences of up to 1000 positions. A second run of the CUDA row must give the same bits (its
+// sums have a fixed order), or a nightly gate would see noise as regressions. Skips without a
+// CUDA device; a build without CUDA rows has no cases.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
