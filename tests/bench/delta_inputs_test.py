@@ -199,7 +199,8 @@ class Refusals(unittest.TestCase):
         ins = cuda_ops.make_inputs(spec.family, shape, torch.float32, "cpu")
         do = torch.randn_like(ins["v"])
         ref = cuda_ops.reference_for(spec, ins, do, 2, shape)
-        args = types.SimpleNamespace(verbose=False, iters=2, warmup=0, graph_check=False)
+        args = types.SimpleNamespace(verbose=False, iters=2, warmup=0, graph_check=False,
+                                     passes=cuda_ops.PASSES)
         rec = {}
         cuda_ops.run_impl(rec, cuda_ops.Impl("FLA", True, call=call), spec, ins, do, ref, 2,
                           shape, cuda_ops.Timer("cpu", False), {"fwd": 1, "fwd+bwd": 1}, None,
@@ -239,7 +240,8 @@ class Refusals(unittest.TestCase):
 
 
 class DryRun(unittest.TestCase):
-    def test_dry_run_writes_a_row_per_op(self):
+    def dry_run(self, ops, *extra):
+        """The JSON and Markdown of a CPU dry run over `ops` at B1_T40_H2_D8."""
         if not os.path.exists(LAV):
             self.skipTest(f"no lav executable at {LAV}")
         with tempfile.TemporaryDirectory() as tmp:
@@ -247,14 +249,15 @@ class DryRun(unittest.TestCase):
             md = os.path.join(tmp, "bench.md")
             proc = subprocess.run(
                 [sys.executable, os.path.join(ROOT, "bench", "cuda_ops.py"), "--dry-run",
-                 "--device", "cpu", "--lav", LAV, "--ops", RECURRENT, "--no-fla", "--dtype", "fp32",
+                 "--device", "cpu", "--lav", LAV, "--ops", ops, "--no-fla", "--dtype", "fp32",
                  "--fla-variant", "chunk", "--shapes", "B1_T40_H2_D8", "--out", out,
-                 "--markdown", md], capture_output=True, text=True, timeout=600)
+                 "--markdown", md, *extra], capture_output=True, text=True, timeout=600)
             self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
-            with open(out) as f:
-                doc = json.load(f)
-            with open(md) as f:
-                table = f.read()
+            with open(out) as f, open(md) as g:
+                return json.load(f), g.read()
+
+    def test_dry_run_writes_a_row_per_op(self):
+        doc, table = self.dry_run(RECURRENT)
         self.assertEqual([c["op"] for c in doc["results"]], RECURRENT.split(","))
         for family in DELTA:
             self.assertTrue(doc["reference_self_check"][family]["ok"])
@@ -270,6 +273,17 @@ class DryRun(unittest.TestCase):
             for name, err in ours["errors"].items():
                 self.assertLess(err, 1e-5, f"{case['op']} {name}")  # fp32 stand-in vs fp64
             self.assertIn("--no-fla", case["impls"]["FLA"]["stand_in"])
+
+    def test_passes_fwd_times_and_measures_the_forward_alone(self):
+        doc, table = self.dry_run("fused_recurrent_delta_rule", "--passes", "fwd")
+        case = doc["results"][0]
+        self.assertEqual(case["passes"], ["fwd"])
+        for label in ("ours", "FLA"):
+            self.assertEqual(list(case["impls"][label]["passes"]), ["fwd"])
+            self.assertIn("median_ms", case["impls"][label]["passes"]["fwd"])
+        self.assertEqual(list(case["impls"]["ours"]["errors"]), ["o", "ht"])
+        self.assertIn("| fwd |", table)
+        self.assertNotIn("| fwd+bwd |", table)
 
 
 class Table(unittest.TestCase):
