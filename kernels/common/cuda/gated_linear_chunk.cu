@@ -530,9 +530,9 @@ int64_t gated_linear_chunk_workspace_floats(const GatedLinearProblem& p, bool ba
 void gated_linear_chunk_fwd(const GatedLinearProblem& p, float* workspace, cudaStream_t stream) {
     check_problem(p);
     if (p.seqs.n == 0 || p.heads == 0 || p.dv == 0) return;
-    if (gated_linear_tc_fits(p) && p.gate != Gate::per_key)
-        return gated_linear_tc_row_fwd(p, workspace, stream);
-    if (gated_linear_tc_fits(p)) return gated_linear_tc_fwd(p, nullptr, stream);
+    if (gated_linear_tc_fits(p))
+        return p.gate == Gate::per_key ? gated_linear_tc_fwd(p, nullptr, stream)
+                                       : gated_linear_tc_row_fwd(p, workspace, stream);
     launch_states<false>(p, p.k, p.v, p.h0, p.ht, workspace, stream);
     launch_chunks(chunk_output, sizeof(OutputTiles), p, stream, "gated linear chunk o", p,
                   static_cast<const void*>(workspace));
