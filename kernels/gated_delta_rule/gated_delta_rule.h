@@ -73,12 +73,16 @@ GatedDeltaRuleGrads gated_delta_rule_recurrent_bwd_cpu(const GatedDeltaRuleArgs&
                                                        const at::Tensor& d_o,
                                                        const at::Tensor& dht);
 
-/// The CUDA backend (builds with CUDA only; recurrent variant): the tensors of `args` on one
-/// CUDA device, cu_seqlens int32 or int64 on any device; results on that device.
+/// The CUDA backend (builds with CUDA only): the tensors of `args` on one CUDA device,
+/// cu_seqlens int32 or int64 on any device; results on that device. The chunk kernels take keys
+/// up to 128 and chunks up to 64.
 GatedDeltaRuleFwd gated_delta_rule_recurrent_fwd_cuda(const GatedDeltaRuleArgs& args);
 GatedDeltaRuleGrads gated_delta_rule_recurrent_bwd_cuda(const GatedDeltaRuleArgs& args,
                                                         const at::Tensor& d_o,
                                                         const at::Tensor& dht);
+GatedDeltaRuleFwd gated_delta_rule_chunk_fwd_cuda(const GatedDeltaRuleArgs& args);
+GatedDeltaRuleGrads gated_delta_rule_chunk_bwd_cuda(const GatedDeltaRuleArgs& args,
+                                                    const at::Tensor& d_o, const at::Tensor& dht);
 
 /// The precision contract of `variant` ("chunk" or "recurrent"), `backward` or forward, for
 /// the dtypes and options of `args`. Its items name every tensor the variant stores, including

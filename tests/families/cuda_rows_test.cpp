@@ -3,10 +3,10 @@
 // A CUDA row keeps the CPU row's precision contract, so the two differ only in fp32 summation
 // order and where that lets a 16-bit rounding fall. Each case runs forward and backward on both
 // and expects every result of the CPU result's dtype and shape, finite (CUDA rows start their
-// outputs as NaN, so an element left unwritten shows) and within kSameContract: over dtypes and
-// 16-bit states, both layouts, packed batches with an empty sequence and ragged ends, chunk
-// sizes, head widths that are not powers of two (K = 37, V = 42), 80 heads, gates decaying
-// eight times as fast as drawn, no initial state, each option value, and one head over
+// outputs as NaN, so an element left unwritten shows) and within bound_of() the CPU result:
+// over dtypes and 16-bit states, both layouts, packed batches with an empty sequence and ragged
+// ends, chunk sizes, head widths that are not powers of two (K = 37, V = 42), 80 heads, gates
+// decaying eight times as fast as drawn, no initial state, each option value, and one head over
 // sequences of up to 1000 positions. A second run of the CUDA row must give the same bits (its
 // sums have a fixed order), or a nightly gate would see noise as regressions. Skips without a
 // CUDA device; a build without CUDA rows has no cases.
@@ -39,6 +39,16 @@ struct CudaCase {
     bool h0 = true;
     bool strong_gates = false;
 };
+
+/// The bound for a row: the delta rule's chunk backward without a decay carries dS through
+/// every chunk undamped, so a 16-bit rounding (Ti, w, u, v_new) that the other fp32 summation
+/// order flips in one chunk reaches the gradients of all earlier ones. Measured on an H200,
+/// one head over 1000 positions at chunk 16, bf16: dk differs by 1.35e-3 between the rows
+/// while each is 5.1e-3 from fp64 (5.14e-3 and 5.16e-3; fp32 inputs 3.1e-7 and 3.3e-7); with
+/// gated_delta_rule's decay the same cases differ by 5e-5.
+double bound_of(const CudaCase& c) {
+    return c.family == "delta_rule" && c.variant == "chunk" ? 2e-3 : kSameContract;
+}
 
 void PrintTo(const CudaCase& c, std::ostream* os) {
     *os << c.family << " " << c.variant << " " << c.backend;
@@ -217,7 +227,7 @@ TEST_P(CudaRows, MatchTheCpuRow) {
         EXPECT_TRUE(all_finite(x)) << m.name << " has NaN or Inf (an element left unwritten?)";
         const double err = rel_err(x, y);
         testing::Test::RecordProperty("rel_err_" + m.name, std::to_string(err));
-        EXPECT_LT(err, kSameContract) << m.name;
+        EXPECT_LT(err, bound_of(k)) << m.name;
     }
 }
 

@@ -54,6 +54,10 @@ __global__ void __launch_bounds__(kThreads) chunk_fwd(DeltaChunkProblem p) {
     float* decay = G + C;         // [C] exp(G)
     float* to_end = decay + C;    // [C] exp(G_last − G)
     const int64_t state = (int64_t(n) * HV + hv) * K * p.dv;
+    const DeltaChunkSaved& kept = p.saved;
+    // what is the same for every block of a value head, or of a key head, one block keeps
+    const bool keeps_head = kept.w != nullptr && blockIdx.y == 0;
+    const bool keeps_keys = keeps_head && hv % (HV / p.heads) == 0;
     for (int e = tid; e < K * kTile; e += kThreads) {
         const int d = e / kTile, c = col0 + e % kTile;
         S[e] =
@@ -66,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) chunk_fwd(DeltaChunkProblem p) {
         __syncthreads();  // the previous chunk is done with every tile
         // q̂ and k̂ rows, a warp per row: x · 1/√(Σ x² + eps) rounded to the input dtype
         for (int i = warp; i < L; i += kWarps) {
-            const auto row = [&](const Strided& x, float* dst) {
+            const auto normalised = [&](const Strided& x, float* dst) {
                 const int64_t off = at(x, s, t0 + i, h);
                 float ss = 0.f;
                 for (int d = lane; d < K; d += 32) {
@@ -79,8 +83,14 @@ __global__ void __launch_bounds__(kThreads) chunk_fwd(DeltaChunkProblem p) {
                 for (int d = lane; d < K; d += 32)
                     dst[i * K + d] = rounded(dst[i * K + d] * rstd, in);
             };
-            row(p.q, q);
-            row(p.k, k);
+            normalised(p.q, q);
+            normalised(p.k, k);
+            if (!keeps_keys) continue;
+            const int64_t r = (row(p.seqs, s, t0 + i) * p.heads + h) * K;
+            for (int d = lane; d < K; d += 32) {
+                kept.qn[r + d] = q[i * K + d];
+                kept.kn[r + d] = k[i * K + d];
+            }
         }
         if (tid == 0) {
             // a running fp32 sum, as the CPU forms G
@@ -100,6 +110,9 @@ __global__ void __launch_bounds__(kThreads) chunk_fwd(DeltaChunkProblem p) {
             for (int i = 0; i < L; ++i) {
                 decay[i] = expf(G[i]);
                 to_end[i] = expf(G[L - 1] - G[i]);
+                if (!keeps_head) continue;
+                kept.G[row(p.seqs, s, t0 + i) * HV + hv] = G[i];
+                kept.beta[row(p.seqs, s, t0 + i) * HV + hv] = beta[i];
             }
         }
         for (int e = tid; e < L * kTile; e += kThreads) {
@@ -130,6 +143,8 @@ __global__ void __launch_bounds__(kThreads) chunk_fwd(DeltaChunkProblem p) {
         for (int e = tid; e < L * L; e += kThreads) {
             const int i = e / L, j = e % L;
             if (j <= i) Ti[i * C + j] = rounded(Ti[i * C + j], in);
+            if (keeps_head)
+                kept.Ti[(row(p.seqs, s, t0 + i) * HV + hv) * C + j] = j <= i ? Ti[i * C + j] : 0.f;
         }
         __syncthreads();
         // w = Ti round(k β e^G), u = Ti round(v β), each stored
@@ -139,6 +154,7 @@ __global__ void __launch_bounds__(kThreads) chunk_fwd(DeltaChunkProblem p) {
             for (int j = 0; j <= i; ++j)
                 x += Ti[i * C + j] * rounded(k[j * K + d] * (beta[j] * decay[j]), in);
             w[i * K + d] = rounded(x, in);
+            if (keeps_head) kept.w[(row(p.seqs, s, t0 + i) * HV + hv) * K + d] = w[i * K + d];
         }
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = e % kTile;
@@ -155,6 +171,13 @@ __global__ void __launch_bounds__(kThreads) chunk_fwd(DeltaChunkProblem p) {
                 if (c < p.dv) store(p.h, p.state, slot * K * p.dv + int64_t(d) * p.dv + c, S[e]);
             }
         }
+        if (kept.h != nullptr) {
+            const int64_t slot = (first_slot(p.seqs, C, n, s) + ch) * HV + hv;
+            for (int e = tid; e < K * kTile; e += kThreads) {
+                const int d = e / kTile, c = col0 + e % kTile;
+                if (c < p.dv) kept.h[(slot * K + d) * p.dv + c] = rounded(S[e], p.state);
+            }
+        }
         __syncthreads();
         // v_new = round(u − w h)
         for (int e = tid; e < L * kTile; e += kThreads) {
@@ -162,6 +185,8 @@ __global__ void __launch_bounds__(kThreads) chunk_fwd(DeltaChunkProblem p) {
             float x = 0.f;
             for (int d = 0; d < K; ++d) x += w[i * K + d] * rounded(S[d * kTile + c], p.state);
             vn[e] = rounded(u[e] - x, in);
+            if (kept.v_new != nullptr && col0 + c < p.dv)
+                kept.v_new[(row(p.seqs, s, t0 + i) * HV + hv) * p.dv + col0 + c] = vn[e];
         }
         // the scores round((q_i·k_j) exp(G_i − G_j)) for j ≤ i, over A
         for (int e = tid; e < L * L; e += kThreads) {
@@ -177,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) chunk_fwd(DeltaChunkProblem p) {
         // o = ((q h) e^G + scores v_new) scale
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = e % kTile;
-            if (col0 + c >= p.dv) continue;
+            if (col0 + c >= p.dv || p.o.data == nullptr) continue;
             float x = 0.f;
             for (int d = 0; d < K; ++d) x += q[i * K + d] * rounded(S[d * kTile + c], p.state);
             x *= decay[i];

@@ -1,5 +1,6 @@
-// kernels/common/cuda/delta_chunk_cuda.h — CUDA launcher of the delta rule's chunk (WY) forward
-// for delta_rule and gated_delta_rule (no gate or one per head; kda's per-key gate is not taken).
+// kernels/common/cuda/delta_chunk_cuda.h — CUDA launchers of the delta rule's chunk (WY) forward
+// and backward for delta_rule and gated_delta_rule (no gate or one per head; kda's per-key gate
+// is not taken).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,16 +13,38 @@ namespace lav::cuda {
 constexpr int kMaxDeltaChunkKeys = 128;
 constexpr int kMaxDeltaChunk = 64;
 
+/// What the chunk backward reads of its forward, kept by the forward in fp32 (each value as the
+/// contract stores it): rows as row() numbers them, chunks by chunk_slots(). nullptr: not kept.
+struct DeltaChunkSaved {
+    float *qn = nullptr, *kn = nullptr;   ///< [rows, H, K] q̂, k̂
+    float* w = nullptr;                   ///< [rows, HV, K]
+    float* Ti = nullptr;                  ///< [rows, HV, chunk] the rows of (I + A)⁻¹
+    float* v_new = nullptr;               ///< [rows, HV, V]
+    float *G = nullptr, *beta = nullptr;  ///< [rows, HV] chunk-local log-decay cumsum, β as used
+    float* h = nullptr;                   ///< [slots, HV, K, V] the state entering each chunk
+};
+
 struct DeltaChunkProblem : DeltaProblem {
     int chunk = 64;  ///< steps per chunk, 1..kMaxDeltaChunk
     /// [NT, HV, K, V] in the state dtype: the state entering each chunk as the passes read it,
     /// chunk c of sequence n at first_chunk[n] + c (device memory, N entries); nullptr: not kept
     void* h = nullptr;
     const int64_t* first_chunk = nullptr;
+    DeltaChunkSaved saved;  ///< the backward's recompute; o.data nullptr: o is not written
 };
 
 /// The chunk forward: o, ht and (when asked) h, keeping the chunk contract of
 /// common/cpu/delta_chunk.h item by item.
 void delta_chunk_fwd(const DeltaChunkProblem& p, cudaStream_t stream);
+
+/// Scratch of the chunk backward in fp32 elements.
+int64_t delta_chunk_workspace_floats(const DeltaChunkProblem& p);
+
+/// Where the chunk backward leaves the in-kernel gate's per-row terms (as the recurrent one).
+DeltaGateTerms delta_chunk_terms(const DeltaChunkProblem& p);
+
+/// The chunk backward (common/cpu/delta_chunk.h chunk_bwd's contract): recomputes the forward,
+/// walks the chunks backwards carrying dS, then takes every chunk's gradients side by side.
+void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t stream);
 
 }  // namespace lav::cuda

@@ -453,12 +453,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t t = r % p.seqs.t;
     if (lane == 0) {
         const int64_t bo = at(p.beta, s, t, hv);
-        float db = slice_sum(x.dbeta + item, x.steps, x.col_slices);
-        if (p.beta_sigmoid) {
-            const float sg = sigmoid(load(p.beta.data, p.beta.dtype, bo));
-            db = db * sg * (1.f - sg) * p.beta_scale;
-        }
-        store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, s, t, hv), db);
+        const float db = slice_sum(x.dbeta + item, x.steps, x.col_slices);
+        store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, s, t, hv),
+              beta_backward(p, load(p.beta.data, p.beta.dtype, bo), db));
     }
     if (p.gate == DeltaGate::none) return;
     const int64_t width = gate_width(p);
@@ -472,22 +469,10 @@ __global__ void __launch_bounds__(kWarps * 32)
             continue;
         }
         const float bias = p.dt_bias != nullptr ? p.dt_bias[hv * width + key] : 0.f;
-        const float arg = load(p.g.data, p.g.dtype, go + key) + bias;
-        float d_arg, d_rate;
-        if (p.lower_bound_form) {
-            // g = lb·σ(z), z = e^A·x: dz = dg·lb·σ(1 − σ); dx = dz·e^A, dA = dz·z
-            const float z = rate * arg, sg = sigmoid(z);
-            const float dz = dg * sg * (1.f - sg) * p.lower_bound;
-            d_arg = dz * rate;
-            d_rate = dz * z;
-        } else {
-            // g = −e^A·softplus(x): dx = −dg·e^A·σ(x), dA = dg·g
-            d_arg = -(dg * rate * sigmoid(arg));
-            d_rate = dg * activated_gate(p, rate, arg);
-        }
-        store(d.dg.data, d.dg.dtype, dgo + key, d_arg);
-        x.ddt[item * width + key] = d_arg;
-        dA += d_rate;
+        const GateGrads gg = gate_backward(p, rate, load(p.g.data, p.g.dtype, go + key) + bias, dg);
+        store(d.dg.data, d.dg.dtype, dgo + key, gg.d_arg);
+        x.ddt[item * width + key] = gg.d_arg;
+        dA += gg.d_A_log;
     }
     if (!p.gate_in_kernel) return;
     dA = warp_sum(dA);

@@ -134,6 +134,24 @@ cuda::DeltaProblem problem(const DeltaTensors& t, at::Tensor& holder,
     return p;
 }
 
+/// The problem of t for the chunk kernels, which take no per-key gate and keys up to
+/// cuda::kMaxDeltaChunkKeys.
+cuda::DeltaChunkProblem chunk_problem(const DeltaTensors& t, at::Tensor& holder,
+                                      std::vector<at::Tensor>& keep) {
+    cuda::DeltaChunkProblem p;
+    static_cast<cuda::DeltaProblem&>(p) = problem(t, holder, keep);
+    p.chunk = chunk_size_of(t.chunk_size);
+    LAV_CHECK(p.gate != cuda::DeltaGate::per_key, t.family,
+              " cuda: the chunk kernels take no per-key gate");
+    LAV_CHECK(p.dk <= cuda::kMaxDeltaChunkKeys, t.family,
+              " cuda: the chunk kernels take keys up to ", cuda::kMaxDeltaChunkKeys, ", got ",
+              p.dk);
+    LAV_CHECK(p.chunk <= cuda::kMaxDeltaChunk, t.family,
+              " cuda: the chunk kernels take chunks up to ", cuda::kMaxDeltaChunk, ", got ",
+              p.chunk);
+    return p;
+}
+
 /// Allocates o and ht in p.
 DeltaOut forward_outputs(const DeltaTensors& t, cuda::DeltaProblem& p) {
     const auto out_dtype =
@@ -162,14 +180,7 @@ DeltaOut delta_chunk_fwd_cuda(const DeltaTensors& t) {
     const c10::cuda::CUDAGuard guard(t.q.device());
     at::Tensor holder;
     std::vector<at::Tensor> keep;
-    cuda::DeltaChunkProblem p;
-    static_cast<cuda::DeltaProblem&>(p) = problem(t, holder, keep);
-    p.chunk = chunk_size_of(t.chunk_size);
-    LAV_CHECK(p.gate != cuda::DeltaGate::per_key, t.family,
-              " cuda: the chunk forward takes no per-key gate");
-    LAV_CHECK(p.dk <= cuda::kMaxDeltaChunkKeys, t.family,
-              " cuda: the chunk forward takes keys up to ", cuda::kMaxDeltaChunkKeys, ", got ",
-              p.dk);
+    cuda::DeltaChunkProblem p = chunk_problem(t, holder, keep);
     DeltaOut out = forward_outputs(t, p);
     at::Tensor first;
     if (t.keep_chunk_states) {
@@ -190,12 +201,14 @@ DeltaOut delta_chunk_fwd_cuda(const DeltaTensors& t) {
     return out;
 }
 
-DeltaGradsOut delta_recurrent_bwd_cuda(const DeltaTensors& t, const at::Tensor& d_o,
-                                       const at::Tensor& dht) {
-    const c10::cuda::CUDAGuard guard(t.q.device());
-    at::Tensor holder;
-    std::vector<at::Tensor> keep;
-    const cuda::DeltaProblem p = problem(t, holder, keep);
+namespace {
+
+/// Either variant's backward: allocates the gradients, runs `run(d)` on a scratch of `floats`
+/// fp32 elements and sums the in-kernel gate's per-row terms where `terms` says they lie.
+template <class Run>
+DeltaGradsOut backward(const DeltaTensors& t, const cuda::DeltaProblem& p, const at::Tensor& d_o,
+                       const at::Tensor& dht, int64_t floats, const cuda::DeltaGateTerms& terms,
+                       Run run) {
     check_cuda_inputs(t.family, {t.q, d_o, dht});
     LAV_CHECK(d_o.defined() && d_o.sizes() == t.v.sizes(), t.family,
               " cuda: d_o must have o's shape ", t.v.sizes());
@@ -226,14 +239,12 @@ DeltaGradsOut delta_recurrent_bwd_cuda(const DeltaTensors& t, const at::Tensor& 
         out.dh0 = output(t.h0.sizes(), t.h0.options());
         d.dh0 = out.dh0.data_ptr();
     }
-    const at::Tensor workspace =
-        at::empty({cuda::delta_recurrent_workspace_floats(p)}, t.q.options().dtype(at::kFloat));
+    const at::Tensor workspace = at::empty({floats}, t.q.options().dtype(at::kFloat));
     d.workspace = workspace.data_ptr<float>();
-    cuda::delta_recurrent_bwd(p, d, current_stream());
+    run(d);
     if (t.gate_in_kernel) {
         // the per-step terms summed over every row in fp32, rounded once (the CPU backends sum
         // per sequence, then over the sequences)
-        const cuda::DeltaGateTerms terms = cuda::delta_recurrent_terms(p);
         const auto summed = [&](int64_t offset, int64_t width, const at::Tensor& like) {
             return workspace.narrow(0, offset, terms.rows * p.value_heads * width)
                 .view({terms.rows, p.value_heads * width})
@@ -245,6 +256,30 @@ DeltaGradsOut delta_recurrent_bwd_cuda(const DeltaTensors& t, const at::Tensor& 
         if (t.dt_bias.defined()) out.ddt_bias = summed(terms.ddt_bias, terms.width, t.dt_bias);
     }
     return out;
+}
+
+}  // namespace
+
+DeltaGradsOut delta_recurrent_bwd_cuda(const DeltaTensors& t, const at::Tensor& d_o,
+                                       const at::Tensor& dht) {
+    const c10::cuda::CUDAGuard guard(t.q.device());
+    at::Tensor holder;
+    std::vector<at::Tensor> keep;
+    const cuda::DeltaProblem p = problem(t, holder, keep);
+    return backward(
+        t, p, d_o, dht, cuda::delta_recurrent_workspace_floats(p), cuda::delta_recurrent_terms(p),
+        [&](const cuda::DeltaGrads& d) { cuda::delta_recurrent_bwd(p, d, current_stream()); });
+}
+
+DeltaGradsOut delta_chunk_bwd_cuda(const DeltaTensors& t, const at::Tensor& d_o,
+                                   const at::Tensor& dht) {
+    const c10::cuda::CUDAGuard guard(t.q.device());
+    at::Tensor holder;
+    std::vector<at::Tensor> keep;
+    const cuda::DeltaChunkProblem p = chunk_problem(t, holder, keep);
+    return backward(
+        t, p, d_o, dht, cuda::delta_chunk_workspace_floats(p), cuda::delta_chunk_terms(p),
+        [&](const cuda::DeltaGrads& d) { cuda::delta_chunk_bwd(p, d, current_stream()); });
 }
 
 }  // namespace lav::kernels

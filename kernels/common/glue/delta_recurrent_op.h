@@ -1,6 +1,6 @@
 // kernels/common/glue/delta_recurrent_op.h — torch glue of the delta rule CUDA kernels, shared by
 // delta_rule, gated_delta_rule and kda (they differ only in the gate's shape): the recurrent
-// forward and backward, and the chunk forward (delta_rule and gated_delta_rule).
+// forward and backward, and the chunk forward and backward (delta_rule and gated_delta_rule).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -33,7 +33,7 @@ struct DeltaTensors {
     bool allow_neg_eigval = false;
     c10::ScalarType state_dtype = c10::ScalarType::Float;
     c10::ScalarType output_dtype = c10::ScalarType::Undefined;  // Undefined: q's dtype
-    int64_t chunk_size = 64;                                    // chunk forward only
+    int64_t chunk_size = 64;                                    // chunk kernels only
     bool keep_chunk_states = false;                             // chunk forward: also h
 };
 
@@ -51,7 +51,9 @@ DeltaOut delta_recurrent_fwd_cuda(const DeltaTensors& t);
 /// d_o like o, dht like ht (undefined: zeros).
 DeltaGradsOut delta_recurrent_bwd_cuda(const DeltaTensors& t, const at::Tensor& d_o,
                                        const at::Tensor& dht);
-/// The chunk (WY) forward; no per-key gate, keys up to cuda::kMaxDeltaChunkKeys.
+/// The chunk (WY) forward and backward; no per-key gate, keys up to cuda::kMaxDeltaChunkKeys.
 DeltaOut delta_chunk_fwd_cuda(const DeltaTensors& t);
+DeltaGradsOut delta_chunk_bwd_cuda(const DeltaTensors& t, const at::Tensor& d_o,
+                                   const at::Tensor& dht);
 
 }  // namespace lav::kernels

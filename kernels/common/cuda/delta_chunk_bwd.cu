@@ -1,0 +1,539 @@
+// kernels/common/cuda/delta_chunk_bwd.cu — the delta rule's chunk (WY / UT) backward on CUDA for
+// delta_rule and gated_delta_rule, in fp32 FMA arithmetic (correctness first; no tensor cores).
+//
+// The CPU chunk backward (common/cpu/delta_chunk.h chunk_bwd) in five passes, each value
+// rounded where that contract rounds it:
+//  1. the chunk forward again (delta_chunk.cu), keeping what the later passes read: q̂, k̂, w,
+//     the rows of (I + A)⁻¹, v_new, G, β and the stored chunk states h;
+//  2. a block per (sequence, value head, 32 value columns) walks the chunks backwards carrying
+//     dS in fp32: it keeps each chunk's dH = round(dS) and dv_new = (k dH) e^{G_last − G} +
+//     scale Pᵀ dO, then dS ← e^{G_last} dS + scale (q e^G)ᵀ dO − wᵀ dv_new;
+//  3. a block per (chunk, value head) adds the sums over the value columns: dw = −dv_new hᵀ,
+//     dO hᵀ, v_new dHᵀ, dO v_newᵀ, dv_new vbᵀ and ⟨h, dH⟩, and writes dv = β Tiᵀ dv_new;
+//  4. a block per (chunk, value head) goes back through w = Ti kb, Ti = (I + A)⁻¹, A and the
+//     gate: dq and dk per value head, dβ and dg (reverse-summed within the chunk);
+//  5. a warp per (row, key head) adds dq and dk over the key head's value heads in order and
+//     takes them back through the l2norm.
+// No atomics: every sum has one order, so two runs give the same bits.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/cuda_tensor.cuh"
+#include "common/cuda/delta_activations.cuh"
+#include "common/cuda/delta_chunk_cuda.h"
+
+namespace lav::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 32;  // value columns per block of the dS pass
+constexpr int kCols = 16;  // value columns per step of the chunk-parallel sums
+
+int64_t rows_of(const Sequences& s) { return s.cu_seqlens != nullptr ? s.t : s.n * s.t; }
+
+/// The scratch: the forward's kept values, then the backward's, in fp32 elements.
+struct Scratch {
+    DeltaChunkSaved f;
+    float* dH;        // [slots, HV, K, V] round(dS) entering each chunk's reverse step
+    float* dvn;       // [rows, HV, V] dv_new
+    float* dw;        // [rows, HV, K]
+    float *dq, *dk;   // [rows, HV, K] the state terms Σ dO hᵀ, Σ v_new dHᵀ; then dq̂, dk̂
+    float *dov, *dT;  // [slots, HV, C, C] scale (dO v_newᵀ ⊙ D), then dv_new vbᵀ
+    float* dbv;       // [rows, HV] Σ dvb ⊙ v, dβ's value term
+    float* hdH;       // [slots, HV] ⟨h, dH⟩
+    float *dA_log, *ddt;  // [rows, HV] the in-kernel gate's terms
+};
+
+/// The scratch at `base` (nullptr: only its size, in `floats`).
+Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
+    const int64_t rows = rows_of(p.seqs), slots = chunk_slots(p.seqs, p.chunk);
+    const int64_t HV = p.value_heads, K = p.dk, V = p.dv, C = p.chunk;
+    floats = 0;
+    const auto take = [&](int64_t n) {
+        float* at = base != nullptr ? base + floats : nullptr;
+        floats += n;
+        return at;
+    };
+    Scratch x;
+    x.f.qn = take(rows * p.heads * K);
+    x.f.kn = take(rows * p.heads * K);
+    x.f.w = take(rows * HV * K);
+    x.f.Ti = take(rows * HV * C);
+    x.f.v_new = take(rows * HV * V);
+    x.f.G = take(rows * HV);
+    x.f.beta = take(rows * HV);
+    x.f.h = take(slots * HV * K * V);
+    x.dH = take(slots * HV * K * V);
+    x.dvn = take(rows * HV * V);
+    x.dw = take(rows * HV * K);
+    x.dq = take(rows * HV * K);
+    x.dk = take(rows * HV * K);
+    x.dov = take(slots * HV * C * C);
+    x.dT = take(slots * HV * C * C);
+    x.dbv = take(rows * HV);
+    x.hdH = take(slots * HV);
+    x.dA_log = take(rows * HV);  // last, as delta_chunk_terms() finds them
+    x.ddt = take(rows * HV);
+    return x;
+}
+
+/// Pass 2, a block per (sequence, value head, kTile value columns).
+__global__ void __launch_bounds__(kThreads)
+    state_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int n = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / p.heads);
+    const int col0 = blockIdx.y * kTile;
+    const Span s = span(p.seqs, n);
+    const int tid = threadIdx.x;
+    float* q = sm;                // [C, K] q̂
+    float* k = q + C * K;         // [C, K] k̂
+    float* w = k + C * K;         // [C, K]
+    float* P = w + C * K;         // [C, C] (q_i·k_j) exp(G_i − G_j) for j ≤ i, fp32
+    float* dO = P + C * C;        // [C, kTile]
+    float* dvn = dO + C * kTile;  // [C, kTile]
+    float* dS = dvn + C * kTile;  // [K, kTile] the carried fp32 dS
+    float* G = dS + K * kTile;    // [C]
+    float* q_scale = G + C;       // [C] exp(G) scale
+    const int64_t state = (int64_t(n) * HV + hv) * K * V;
+    for (int e = tid; e < K * kTile; e += kThreads) {
+        const int dd = e / kTile, c = col0 + e % kTile;
+        dS[e] = d.dht != nullptr && c < V ? load(d.dht, p.state, state + int64_t(dd) * V + c) : 0.f;
+    }
+    const int64_t first = first_slot(p.seqs, C, n, s);
+    for (int64_t ch = (s.len + C - 1) / C; ch-- > 0;) {
+        const int64_t t0 = ch * C;
+        const int L = int(s.len - t0 < C ? s.len - t0 : C);
+        const int64_t r0 = row(p.seqs, s, t0);
+        __syncthreads();  // the later chunk is done with every tile
+        for (int e = tid; e < L * K; e += kThreads) {
+            const int64_t i = e / K, dd = e % K;
+            q[e] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
+            k[e] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+            w[e] = x.f.w[((r0 + i) * HV + hv) * K + dd];
+        }
+        for (int e = tid; e < L * kTile; e += kThreads) {
+            const int i = e / kTile, c = col0 + e % kTile;
+            dO[e] = c < V ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, s, t0 + i, hv) + c) : 0.f;
+        }
+        for (int i = tid; i < L; i += kThreads) {
+            G[i] = x.f.G[(r0 + i) * HV + hv];
+            q_scale[i] = expf(G[i]) * p.scale;
+        }
+        __syncthreads();
+        for (int e = tid; e < L * L; e += kThreads) {
+            const int i = e / L, j = e % L;
+            float a = 0.f;
+            if (j <= i) {
+                for (int dd = 0; dd < K; ++dd) a += q[i * K + dd] * k[j * K + dd];
+                a *= expf(G[i] - G[j]);
+            }
+            P[i * C + j] = a;
+        }
+        // the stored copy of dS, which this chunk's passes read
+        const int64_t slot = (first + ch) * HV + hv;
+        for (int e = tid; e < K * kTile; e += kThreads) {
+            const int dd = e / kTile, c = col0 + e % kTile;
+            if (c < V) x.dH[(slot * K + dd) * V + c] = rounded(dS[e], p.state);
+        }
+        __syncthreads();
+        // dv_new = (k dH) ⊙ exp(G_last − G) + scale Pᵀ dO
+        for (int e = tid; e < L * kTile; e += kThreads) {
+            const int i = e / kTile, c = e % kTile;
+            float a = 0.f;
+            for (int dd = 0; dd < K; ++dd)
+                a += k[i * K + dd] * rounded(dS[dd * kTile + c], p.state);
+            float b = 0.f;
+            for (int j = i; j < L; ++j) b += P[j * C + i] * dO[j * kTile + c];
+            dvn[e] = a * expf(G[L - 1] - G[i]) + b * p.scale;
+            if (col0 + c < V) x.dvn[((r0 + i) * HV + hv) * V + col0 + c] = dvn[e];
+        }
+        __syncthreads();
+        // dS ← exp(G_last) dS + (q ⊙ exp(G) scale)ᵀ dO − wᵀ dv_new
+        const float last = expf(G[L - 1]);
+        for (int e = tid; e < K * kTile; e += kThreads) {
+            const int dd = e / kTile, c = e % kTile;
+            float a = 0.f, b = 0.f;
+            for (int i = 0; i < L; ++i) {
+                a += q[i * K + dd] * q_scale[i] * dO[i * kTile + c];
+                b += w[i * K + dd] * dvn[i * kTile + c];
+            }
+            dS[e] = dS[e] * last + a - b;
+        }
+    }
+    __syncthreads();
+    if (d.dh0 == nullptr) return;
+    for (int e = tid; e < K * kTile; e += kThreads) {
+        const int dd = e / kTile, c = col0 + e % kTile;
+        if (c < V) store(d.dh0, p.state, state + int64_t(dd) * V + c, dS[e]);
+    }
+}
+
+/// Pass 3, a block per (chunk slot, value head): the sums over the value columns, kCols at a
+/// time, each thread adding to the elements it owns.
+__global__ void __launch_bounds__(kThreads)
+    values_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int64_t slot = blockIdx.x;
+    const int hv = blockIdx.y;
+    const Chunk ck = chunk_at(p.seqs, C, slot);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int64_t r0 = row(p.seqs, ck.s, ck.c0), state = (slot * HV + hv) * K * V;
+    const DType in = p.q.dtype;
+    float* Ti = sm;               // [C, C]
+    float* h = Ti + C * C;        // [K, kCols] the stored state
+    float* dH = h + K * kCols;    // [K, kCols]
+    float* dO = dH + K * kCols;   // [C, kCols]
+    float* vn = dO + C * kCols;   // [C, kCols] v_new
+    float* dvn = vn + C * kCols;  // [C, kCols] dv_new
+    float* vb = dvn + C * kCols;  // [C, kCols] round(v β)
+    float* dw = vb + C * kCols;   // [C, K] Σ dv_new hᵀ
+    float* dqh = dw + C * K;      // [C, K] Σ dO hᵀ
+    float* dkh = dqh + C * K;     // [C, K] Σ v_new dHᵀ
+    float* dov = dkh + C * K;     // [C, C] Σ dO v_newᵀ
+    float* dTv = dov + C * C;     // [C, C] Σ dv_new vbᵀ
+    float* beta = dTv + C * C;    // [C]
+    float* G = beta + C;          // [C]
+    float* dbv = G + C;           // [C] Σ dvb ⊙ v
+    float* part = dbv + C;        // [kWarps]
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        Ti[i * C + j] = x.f.Ti[((r0 + i) * HV + hv) * C + j];
+        dov[e] = dTv[e] = 0.f;
+    }
+    for (int e = tid; e < L * K; e += kThreads) dw[e] = dqh[e] = dkh[e] = 0.f;
+    for (int i = tid; i < L; i += kThreads) {
+        beta[i] = x.f.beta[(r0 + i) * HV + hv];
+        G[i] = x.f.G[(r0 + i) * HV + hv];
+        dbv[i] = 0.f;
+    }
+    float hd = 0.f;
+    for (int c0 = 0; c0 < V; c0 += kCols) {
+        __syncthreads();  // the previous columns are done with every tile
+        const int nc = V - c0 < kCols ? V - c0 : kCols;
+        for (int e = tid; e < K * kCols; e += kThreads) {
+            const int dd = e / kCols, c = e % kCols;
+            const bool ok = c < nc;
+            h[e] = ok ? x.f.h[state + int64_t(dd) * V + c0 + c] : 0.f;
+            dH[e] = ok ? x.dH[state + int64_t(dd) * V + c0 + c] : 0.f;
+            hd += h[e] * dH[e];
+        }
+        for (int e = tid; e < L * kCols; e += kThreads) {
+            const int i = e / kCols, c = e % kCols;
+            const bool ok = c < nc;
+            const int64_t vo = ((r0 + i) * HV + hv) * V + c0 + c;
+            dO[e] =
+                ok ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0 + i, hv) + c0 + c) : 0.f;
+            vn[e] = ok ? x.f.v_new[vo] : 0.f;
+            dvn[e] = ok ? x.dvn[vo] : 0.f;
+            vb[e] = ok ? rounded(load(p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0 + i, hv) + c0 + c) *
+                                     beta[i],
+                                 in)
+                       : 0.f;
+        }
+        __syncthreads();
+        for (int e = tid; e < L * K; e += kThreads) {
+            const int i = e / K, dd = e % K;
+            float a = 0.f, b = 0.f, c = 0.f;
+            for (int cc = 0; cc < kCols; ++cc) {
+                a += dvn[i * kCols + cc] * h[dd * kCols + cc];
+                b += dO[i * kCols + cc] * h[dd * kCols + cc];
+                c += vn[i * kCols + cc] * dH[dd * kCols + cc];
+            }
+            dw[e] += a;
+            dqh[e] += b;
+            dkh[e] += c;
+        }
+        for (int e = tid; e < L * L; e += kThreads) {
+            const int i = e / L, j = e % L;
+            float a = 0.f, b = 0.f;
+            for (int cc = 0; cc < kCols; ++cc) {
+                a += dO[i * kCols + cc] * vn[j * kCols + cc];
+                b += dvn[i * kCols + cc] * vb[j * kCols + cc];
+            }
+            dov[e] += a;
+            dTv[e] += b;
+        }
+        // dvb = Tiᵀ dv_new; dv = dvb β; dβ's term Σ dvb ⊙ v over the 16 lanes of a row
+        for (int base = 0; base < L * kCols; base += kThreads) {
+            const int e = base + tid, i = e / kCols, c = e % kCols;
+            float term = 0.f;
+            if (e < L * kCols && c < nc) {
+                float dvb = 0.f;
+                for (int m = i; m < L; ++m) dvb += Ti[m * C + i] * dvn[m * kCols + c];
+                const int64_t vo = at(p.v, ck.s, ck.c0 + i, hv) + c0 + c;
+                store(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c, dvb * beta[i]);
+                term = dvb * load(p.v.data, p.v.dtype, vo);
+            }
+            for (int o = kCols / 2; o > 0; o /= 2) term += __shfl_xor_sync(0xffffffffu, term, o);
+            if (e < L * kCols && c == 0) dbv[i] += term;
+        }
+    }
+    hd = warp_sum(hd);
+    if (lane == 0) part[warp] = hd;
+    __syncthreads();
+    if (tid == 0) {
+        float sum = 0.f;
+        for (int i = 0; i < kWarps; ++i) sum += part[i];
+        x.hdH[slot * HV + hv] = sum;
+    }
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int64_t i = e / K, dd = e % K, o = ((r0 + i) * HV + hv) * K + dd;
+        x.dw[o] = -dw[e];
+        x.dq[o] = dqh[e];
+        x.dk[o] = dkh[e];
+    }
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        const int64_t o = ((slot * HV + hv) * C + i) * C + j;
+        x.dov[o] = j <= i ? dov[e] * expf(G[i] - G[j]) * p.scale : 0.f;
+        x.dT[o] = dTv[e];
+    }
+    for (int i = tid; i < L; i += kThreads) x.dbv[(r0 + i) * HV + hv] = dbv[i];
+}
+
+/// Pass 4, a block per (chunk slot, value head): through w = Ti kb, Ti = (I + A)⁻¹ and A.
+__global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, C = p.chunk, HV = p.value_heads;
+    const int64_t slot = blockIdx.x;
+    const int hv = blockIdx.y, h = hv / (HV / p.heads);
+    const Chunk ck = chunk_at(p.seqs, C, slot);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int64_t r0 = row(p.seqs, ck.s, ck.c0), cc = (slot * HV + hv) * C * C;
+    const DType in = p.q.dtype;
+    float* q = sm;            // [C, K] q̂
+    float* k = q + C * K;     // [C, K] k̂
+    float* dw = k + C * K;    // [C, K]
+    float* dkb = dw + C * K;  // [C, K] Tiᵀ dw
+    float* Ti = dkb + C * K;  // [C, C]
+    float* dT = Ti + C * C;   // [C, C] dT, then M = dA ⊙ D
+    float* X = dT + C * C;    // [C, C] Tiᵀ dT, then k̂ k̂ᵀ
+    float* dov = X + C * C;   // [C, C]
+    float* G = dov + C * C;   // [C]
+    float* beta = G + C;      // [C]
+    float* dG = beta + C;     // [C]
+    float* db = dG + C;       // [C] dβ as used
+    float* kdk = db + C;      // [C] k̂·dk_inter of each row
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int64_t i = e / K, dd = e % K;
+        q[e] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
+        k[e] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+        dw[e] = x.dw[((r0 + i) * HV + hv) * K + dd];
+    }
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        Ti[i * C + j] = x.f.Ti[((r0 + i) * HV + hv) * C + j];
+        dT[i * C + j] = x.dT[cc + i * C + j];
+        dov[i * C + j] = x.dov[cc + i * C + j];
+    }
+    for (int i = tid; i < L; i += kThreads) {
+        G[i] = x.f.G[(r0 + i) * HV + hv];
+        beta[i] = x.f.beta[(r0 + i) * HV + hv];
+    }
+    __syncthreads();
+    // dT = dw kbᵀ + dv_new vbᵀ, kb = round(k β exp(G))
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        const float bd = beta[j] * expf(G[j]);
+        float a = 0.f;
+        for (int dd = 0; dd < K; ++dd) a += dw[i * K + dd] * rounded(k[j * K + dd] * bd, in);
+        dT[i * C + j] += a;
+    }
+    __syncthreads();
+    // X = Tiᵀ dT and dkb = Tiᵀ dw (Ti is lower triangular)
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        for (int m = i; m < L; ++m) a += Ti[m * C + i] * dT[m * C + j];
+        X[i * C + j] = a;
+    }
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int i = e / K, dd = e % K;
+        float a = 0.f;
+        for (int m = i; m < L; ++m) a += Ti[m * C + i] * dw[m * K + dd];
+        dkb[e] = a;
+    }
+    __syncthreads();
+    // dA = −X Tiᵀ below the diagonal, and M = dA ⊙ exp(G_i − G_j) over dT
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        if (j < i) {
+            for (int m = 0; m <= j; ++m) a += X[i * C + m] * Ti[j * C + m];
+            a = -a * expf(G[i] - G[j]);
+        }
+        dT[i * C + j] = a;
+    }
+    __syncthreads();
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        for (int dd = 0; dd < K; ++dd) a += k[i * K + dd] * k[j * K + dd];
+        X[i * C + j] = a;
+    }
+    __syncthreads();
+    const float* M = dT;
+    const float* kk = X;
+    // a warp per row: dq, dk per value head, dβ and ∂L/∂G_i before the reverse sum
+    for (int i = warp; i < L; i += kWarps) {
+        const float decay = expf(G[i]), to_end = expf(G[L - 1] - G[i]);
+        float sq = 0.f, sk = 0.f, skb = 0.f, skin = 0.f;
+        for (int dd = lane; dd < K; dd += 32) {
+            const int64_t o = ((r0 + i) * HV + hv) * K + dd;
+            float dq = x.dq[o] * (decay * p.scale);
+            for (int j = 0; j <= i; ++j) dq += dov[i * C + j] * k[j * K + dd];
+            float intra = 0.f;
+            for (int j = i; j < L; ++j) intra += dov[j * C + i] * q[j * K + dd];
+            const float inter = x.dk[o] * to_end;
+            float a = 0.f, b = 0.f;
+            for (int j = 0; j < i; ++j) a += M[i * C + j] * k[j * K + dd];
+            for (int j = i + 1; j < L; ++j) b += M[j * C + i] * (k[j * K + dd] * beta[j]);
+            const float dk =
+                intra + inter + dkb[i * K + dd] * (beta[i] * decay) + (a * beta[i] + b);
+            x.dq[o] = dq;
+            x.dk[o] = dk;
+            sq += q[i * K + dd] * dq;
+            sk += k[i * K + dd] * (intra + inter);
+            skb += dkb[i * K + dd] * k[i * K + dd];
+            skin += k[i * K + dd] * inter;
+        }
+        sq = warp_sum(sq), sk = warp_sum(sk), skb = warp_sum(skb), skin = warp_sum(skin);
+        if (lane != 0) continue;
+        float mk = 0.f, f = 0.f;
+        for (int j = 0; j < i; ++j) {
+            mk += M[i * C + j] * kk[i * C + j];
+            f += M[i * C + j] * kk[i * C + j] * beta[i];
+        }
+        for (int j = i + 1; j < L; ++j) f -= M[j * C + i] * kk[j * C + i] * beta[j];
+        db[i] = skb * decay + x.dbv[(r0 + i) * HV + hv] + mk;
+        dG[i] = sq - sk + skb * (beta[i] * decay) + f;
+        kdk[i] = skin;
+    }
+    __syncthreads();
+    if (tid == 0 && p.gate != DeltaGate::none) {
+        // the carry's share on the last row, exp(G_last)⟨h, dH⟩ + Σ_j k_j·dk_inter_j, then the
+        // reverse running sum G's cumsum takes back
+        float carry = 0.f;
+        for (int j = 0; j < L; ++j) carry += kdk[j];
+        dG[L - 1] += expf(G[L - 1]) * x.hdH[slot * HV + hv] + carry;
+        float acc = 0.f;
+        for (int i = L; i-- > 0;) dG[i] = acc += dG[i];
+    }
+    __syncthreads();
+    for (int i = tid; i < L; i += kThreads) {
+        const int64_t t = ck.c0 + i;
+        const float raw = load(p.beta.data, p.beta.dtype, at(p.beta, ck.s, t, hv));
+        store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, ck.s, t, hv), beta_backward(p, raw, db[i]));
+        if (p.gate == DeltaGate::none) continue;
+        float dg = dG[i];
+        if (p.gate_in_kernel) {
+            const float bias = p.dt_bias != nullptr ? p.dt_bias[hv] : 0.f;
+            const GateGrads gg = gate_backward(
+                p, expf(p.A_log[hv]), load(p.g.data, p.g.dtype, at(p.g, ck.s, t, hv)) + bias, dg);
+            dg = gg.d_arg;
+            x.dA_log[(r0 + i) * HV + hv] = gg.d_A_log;
+            x.ddt[(r0 + i) * HV + hv] = gg.d_arg;
+        }
+        store(d.dg.data, d.dg.dtype, at(d.dg, ck.s, t, hv), dg);
+    }
+}
+
+/// Pass 5, a warp per (row, key head): dq̂ and dk̂ summed over the key head's value heads in
+/// order, then dx = (dx̂ − (dx̂·x̂) x̂) rstd with x̂ as stored, rounded once.
+__global__ void __launch_bounds__(kThreads)
+    finish_keys(DeltaChunkProblem p, DeltaGrads d, Scratch x, int64_t rows) {
+    const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+    if (item >= rows * p.heads) return;
+    const int lane = threadIdx.x % 32, K = p.dk, group = p.value_heads / p.heads;
+    const int64_t r = item / p.heads;
+    const int h = int(item % p.heads);
+    const Span s = {r / p.seqs.t, 0, p.seqs.t};
+    const int64_t t = r % p.seqs.t;
+    const auto finish = [&](const Strided& raw, const Strided& out, const float* grad,
+                            const float* xhat) {
+        const int64_t io = at(raw, s, t, h), oo = at(out, s, t, h);
+        const auto dy = [&](int key) {
+            float sum = 0.f;
+            for (int j = 0; j < group; ++j)
+                sum += grad[(r * p.value_heads + h * group + j) * K + key];
+            return sum;
+        };
+        const float* xh = xhat + item * K;
+        float ss = 0.f, dot = 0.f;
+        for (int key = lane; key < K; key += 32) {
+            const float xk = load(raw.data, raw.dtype, io + key);
+            ss += xk * xk;
+            dot += dy(key) * xh[key];
+        }
+        const float rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
+        dot = warp_sum(dot);
+        for (int key = lane; key < K; key += 32)
+            store(out.data, out.dtype, oo + key,
+                  p.l2norm ? (dy(key) - dot * xh[key]) * rstd : dy(key));
+    };
+    finish(p.q, d.dq, x.dq, x.f.qn);
+    finish(p.k, d.dk, x.dk, x.f.kn);
+}
+
+/// Sets the dynamic shared memory a kernel may take, and launches it.
+template <typename Kernel>
+void launch(Kernel kernel, dim3 grid, int64_t floats, cudaStream_t stream,
+            const DeltaChunkProblem& p, const DeltaGrads& d, const Scratch& x) {
+    const int bytes = int(floats * sizeof(float));
+    LAV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                   "delta_chunk_bwd");
+    kernel<<<grid, kThreads, bytes, stream>>>(p, d, x);
+}
+
+}  // namespace
+
+int64_t delta_chunk_workspace_floats(const DeltaChunkProblem& p) {
+    int64_t floats = 0;
+    scratch_of(p, nullptr, floats);
+    return floats;
+}
+
+DeltaGateTerms delta_chunk_terms(const DeltaChunkProblem& p) {
+    // the scratch ends with the two [rows, HV] terms
+    DeltaGateTerms t;
+    t.rows = rows_of(p.seqs);
+    t.ddt_bias = delta_chunk_workspace_floats(p) - t.rows * p.value_heads;
+    t.dA_log = t.ddt_bias - t.rows * p.value_heads;
+    return t;
+}
+
+void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t stream) {
+    if (p.seqs.n == 0 || p.value_heads == 0 || p.dv == 0) return;
+    int64_t floats = 0;
+    const Scratch x = scratch_of(p, d.workspace, floats);
+    DeltaChunkProblem f = p;  // pass 1: the forward, keeping what the backward reads
+    f.o.data = nullptr;
+    f.ht = nullptr;
+    f.h = nullptr;
+    f.saved = x.f;
+    delta_chunk_fwd(f, stream);
+    const int64_t K = p.dk, C = p.chunk, HV = p.value_heads;
+    const int64_t slots = chunk_slots(p.seqs, p.chunk), rows = rows_of(p.seqs);
+    launch(state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
+           3 * C * K + C * C + 2 * C * kTile + K * kTile + 2 * C, stream, p, d, x);
+    if (slots > 0) {
+        launch(values_bwd, dim3(unsigned(slots), unsigned(HV)),
+               3 * C * C + 2 * K * kCols + 4 * C * kCols + 3 * C * K + 3 * C + kWarps, stream, p, d,
+               x);
+        launch(keys_bwd, dim3(unsigned(slots), unsigned(HV)), 4 * C * K + 4 * C * C + 5 * C, stream,
+               p, d, x);
+    }
+    if (rows > 0)
+        finish_keys<<<unsigned((rows * p.heads + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+            p, d, x, rows);
+    LAV_CUDA_CHECK(cudaGetLastError(), "delta_chunk_bwd");
+}
+
+}  // namespace lav::cuda
