@@ -9,7 +9,9 @@
 // u = Ti round(v β) stored, h = the state stored in the state dtype, v_new = round(u − w h),
 // o = scale [(q h) e^G + round(q kᵀ ⊙ e^{G_i − G_j}) v_new], and the fp32 carry
 // S ← e^{G_last} S + kᵀ round(v_new e^{G_last − G}). Every block of a value head recomputes the
-// chunk's A, Ti and w for its own columns.
+// chunk's A, Ti and w for its own columns. Run for the backward (delta_chunk_bwd.cu), it writes
+// no o and keeps what the backward reads (DeltaChunkSaved): what all blocks of a value head or
+// key head share from one block of them, the columns' values (h, v_new) from each.
 #include <cuda_runtime.h>
 
 #include <stdexcept>

@@ -164,45 +164,6 @@ DeltaOut forward_outputs(const DeltaTensors& t, cuda::DeltaProblem& p) {
     return out;
 }
 
-}  // namespace
-
-DeltaOut delta_recurrent_fwd_cuda(const DeltaTensors& t) {
-    const c10::cuda::CUDAGuard guard(t.q.device());
-    at::Tensor holder;
-    std::vector<at::Tensor> keep;
-    cuda::DeltaProblem p = problem(t, holder, keep);
-    const DeltaOut out = forward_outputs(t, p);
-    cuda::delta_recurrent_fwd(p, current_stream());
-    return out;
-}
-
-DeltaOut delta_chunk_fwd_cuda(const DeltaTensors& t) {
-    const c10::cuda::CUDAGuard guard(t.q.device());
-    at::Tensor holder;
-    std::vector<at::Tensor> keep;
-    cuda::DeltaChunkProblem p = chunk_problem(t, holder, keep);
-    DeltaOut out = forward_outputs(t, p);
-    at::Tensor first;
-    if (t.keep_chunk_states) {
-        // chunks numbered sequence after sequence, as core/varlen.h's chunk_index() numbers them
-        const std::vector<int64_t> steps = lengths(t, t.q.size(0), p.seqs.t);
-        std::vector<int64_t> starts;
-        int64_t total = 0;
-        for (const int64_t len : steps) {
-            starts.push_back(total);
-            total += (len + p.chunk - 1) / p.chunk;
-        }
-        first = at::tensor(starts, at::kLong).to(t.q.device());
-        out.h = output({total, p.value_heads, p.dk, p.dv}, t.q.options().dtype(t.state_dtype));
-        p.h = out.h.data_ptr();
-        p.first_chunk = first.data_ptr<int64_t>();
-    }
-    cuda::delta_chunk_fwd(p, current_stream());
-    return out;
-}
-
-namespace {
-
 /// Either variant's backward: allocates the gradients, runs `run(d)` on a scratch of `floats`
 /// fp32 elements and sums the in-kernel gate's per-row terms where `terms` says they lie.
 template <class Run>
@@ -259,6 +220,41 @@ DeltaGradsOut backward(const DeltaTensors& t, const cuda::DeltaProblem& p, const
 }
 
 }  // namespace
+
+DeltaOut delta_recurrent_fwd_cuda(const DeltaTensors& t) {
+    const c10::cuda::CUDAGuard guard(t.q.device());
+    at::Tensor holder;
+    std::vector<at::Tensor> keep;
+    cuda::DeltaProblem p = problem(t, holder, keep);
+    const DeltaOut out = forward_outputs(t, p);
+    cuda::delta_recurrent_fwd(p, current_stream());
+    return out;
+}
+
+DeltaOut delta_chunk_fwd_cuda(const DeltaTensors& t) {
+    const c10::cuda::CUDAGuard guard(t.q.device());
+    at::Tensor holder;
+    std::vector<at::Tensor> keep;
+    cuda::DeltaChunkProblem p = chunk_problem(t, holder, keep);
+    DeltaOut out = forward_outputs(t, p);
+    at::Tensor first;
+    if (t.keep_chunk_states) {
+        // chunks numbered sequence after sequence, as core/varlen.h's chunk_index() numbers them
+        const std::vector<int64_t> steps = lengths(t, t.q.size(0), p.seqs.t);
+        std::vector<int64_t> starts;
+        int64_t total = 0;
+        for (const int64_t len : steps) {
+            starts.push_back(total);
+            total += (len + p.chunk - 1) / p.chunk;
+        }
+        first = at::tensor(starts, at::kLong).to(t.q.device());
+        out.h = output({total, p.value_heads, p.dk, p.dv}, t.q.options().dtype(t.state_dtype));
+        p.h = out.h.data_ptr();
+        p.first_chunk = first.data_ptr<int64_t>();
+    }
+    cuda::delta_chunk_fwd(p, current_stream());
+    return out;
+}
 
 DeltaGradsOut delta_recurrent_bwd_cuda(const DeltaTensors& t, const at::Tensor& d_o,
                                        const at::Tensor& dht) {
