@@ -25,6 +25,7 @@ import cuda_ops  # noqa: E402
 LAV = os.path.join(ROOT, "build", "src", "lav")
 DELTA = ("delta_rule", "gated_delta_rule", "kda")
 RECURRENT = ",".join("fused_recurrent_" + f for f in DELTA)
+CHUNK_CUDA = ("delta_rule", "gated_delta_rule")  # the families with a CUDA chunk row
 
 
 def setUpModule():
@@ -40,7 +41,8 @@ def decl(name, role, shape, when=""):
 
 def listing() -> dict:
     """What `lav list --format json` of a CUDA build says of the three families (the parts
-    lav_ops() reads): CUDA rows for the recurrent variant only."""
+    lav_ops() reads): CUDA rows for the recurrent variant, and for the chunk variant of
+    delta_rule and gated_delta_rule."""
     def family(name, gates, options):
         tensors = [decl("q", "input", "B T H K"), decl("k", "input", "B T H K"),
                    decl("v", "input", "B T HV V"), *gates,
@@ -48,6 +50,8 @@ def listing() -> dict:
                    decl("o", "output", "B T HV V"), decl("ht", "output", "N HV K V")]
         rows = [{"variant": "chunk", "device": "cpu"}, {"variant": "recurrent", "device": "cpu"},
                 {"variant": "recurrent", "device": "cuda"}]
+        if name in CHUNK_CUDA:
+            rows.append({"variant": "chunk", "device": "cuda"})
         return {"name": name, "rows": rows, "tensors": tensors, "options": options}
 
     l2 = {"use_qk_l2norm_in_kernel": ["true", "false"]}
@@ -139,11 +143,16 @@ class Inputs(unittest.TestCase):
 class Peers(unittest.TestCase):
     def test_ops_are_the_cuda_rows_with_their_inputs_and_peers(self):
         ops, notes = cuda_ops.lav_ops(listing())
-        self.assertEqual(sorted(ops), sorted("fused_recurrent_" + f for f in DELTA))
+        self.assertEqual(sorted(ops), sorted(["fused_recurrent_" + f for f in DELTA] +
+                                             ["chunk_" + f for f in CHUNK_CUDA]))
         self.assertEqual(notes, [])
         self.assertEqual(ops["fused_recurrent_delta_rule"].inputs, ("q", "k", "v", "beta"))
         self.assertEqual(ops["fused_recurrent_kda"].inputs, ("q", "k", "v", "g", "beta"))
         self.assertEqual(ops["fused_recurrent_kda"].fla_function, "fused_recurrent_kda")
+        for f in CHUNK_CUDA:
+            spec = ops["chunk_" + f]
+            self.assertEqual((spec.variant, spec.fla_function), ("chunk", "chunk_" + f))
+            self.assertEqual(spec.inputs, ops["fused_recurrent_" + f].inputs)
         chunk, _ = cuda_ops.lav_ops(listing(), "chunk")
         for f in DELTA:
             spec = chunk["fused_recurrent_" + f]
