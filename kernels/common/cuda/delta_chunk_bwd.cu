@@ -41,7 +41,7 @@ struct Scratch {
     float* dvn;       // [rows, HV, V] dv_new
     float* dw;        // [rows, HV, K]
     float *dq, *dk;   // [rows, HV, K] the state terms Σ dO hᵀ, Σ v_new dHᵀ; then dq̂, dk̂
-    float *dov, *dT;  // [slots, HV, C, C] scale (dO v_newᵀ ⊙ D), then dv_new vbᵀ
+    float *dov, *dT;  // [slots, HV, C, C] scale (dO v_newᵀ ⊙ D) and dv_new vbᵀ
     float* dbv;       // [rows, HV] Σ dvb ⊙ v, dβ's value term
     float* hdH;       // [slots, HV] ⟨h, dH⟩
     float *dA_log, *ddt;  // [rows, HV] the in-kernel gate's terms
