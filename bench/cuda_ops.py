@@ -14,7 +14,8 @@ For every op and shape this script
   kernels are compiled ahead of time);
 - times forward and forward+backward with CUDA events, median over ``--iters`` runs after
   ``--warmup`` runs, with the L2 cache flushed before each timed run;
-- reports achieved HBM bandwidth (minimal bytes moved / time) against the device's peak;
+- reports achieved HBM bandwidth (minimal bytes moved / time) against the device's peak, and
+  the peak device memory of one call beyond its inputs;
 - computes rel_rmse = ||x - ref||_2 / ||ref||_2 of o, the final state and every input gradient
   against a float64 reference evaluated on the same (rounded) input values.
 
@@ -48,6 +49,7 @@ from typing import Any, Callable
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TIME_TARGET = 0.8  # ours/FLA, median against median
+MEMORY_TARGET = 1.0  # ours/FLA peak device memory of a forward and backward
 PASSES = ("fwd", "fwd+bwd")
 DEFAULT_SHAPES = "B4_T2048_H16_D128,B1_T8192_H96_D128,B8_T1024_H8_D64"
 DRY_RUN_SHAPES = "B2_T100_H2_D16,B1_T67_H3_D8"
@@ -824,6 +826,17 @@ class Timer:
         return {"kernel_ms": total_us / 1e3 / iters, "kernels_per_call": kernels / iters,
                 "kernels": each}
 
+    def peak_mib(self, fn) -> dict:
+        """The device memory one call holds at its peak beyond what was allocated before it
+        (torch.cuda.max_memory_allocated), in MiB: its outputs, gradients and scratch, not its
+        inputs."""
+        self.sync()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        fn()
+        self.sync()
+        return {"peak_mib": (torch.cuda.max_memory_allocated() - before) / 2**20}
+
     def graph_ms(self, fn, iters: int) -> dict:
         """The call captured once as a CUDA graph, its replays timed with CUDA events: the GPU
         time of the whole call without host launch cost, by a second, independent method."""
@@ -939,6 +952,7 @@ def run_impl(rec: dict, impl: Impl, spec: OpSpec, ins: dict, do, ref: dict | Non
             headline = p["median_ms"]
             if timer.device == "cuda":
                 p.update(timer.kernel_ms(fn, args.iters))
+                p.update(timer.peak_mib(fn))
                 headline = p["kernel_ms"]
             p["achieved_gbps"] = nbytes[pname] / (headline * 1e-3) / 1e9
             p["pct_of_peak"] = 100.0 * p["achieved_gbps"] / peak if peak else None
@@ -1085,6 +1099,7 @@ def table_rows(results: list[dict], err_slack: float) -> list[list[str]]:
             exact = _ratio(po, pf, key)
             eager = _ratio(po, pf, "median_ms")
             graph = _ratio(po, pf, "graph_ms")
+            memory = _ratio(po, pf, "peak_mib")
             pct_o = f"{po['pct_of_peak']:.0f}%" if po and po.get("pct_of_peak") is not None else "-"
             pct_f = f"{pf['pct_of_peak']:.0f}%" if pf and pf.get("pct_of_peak") is not None else "-"
 
@@ -1104,19 +1119,22 @@ def table_rows(results: list[dict], err_slack: float) -> list[list[str]]:
                 verdict.append("time ok" if exact <= TIME_TARGET else "time MISS")
             if eo and ef:
                 verdict.append("err ok" if eo[1] <= ef[1] * (1.0 + err_slack) else "err MISS")
+            if pname == "fwd+bwd" and memory is not None:
+                verdict.append("mem ok" if memory <= MEMORY_TARGET else "mem MISS")
             if po and key in po and not (pf and key in pf):
                 verdict.append("ours alone")
             rows.append([case["op"], shape, pname, _fmt_ms(ours, pname, key),
                          _fmt_ms(fla, pname, key), fmt(exact), _fmt_ms(ours, pname, "median_ms"),
                          _fmt_ms(fla, pname, "median_ms"), fmt(eager), fmt(graph), pct_o, pct_f,
-                         f"{first(po)} / {first(pf)}", f"{err(eo)} / {err(ef)}",
+                         f"{first(po)} / {first(pf)}", f"{err(eo)} / {err(ef)}", fmt(memory),
                          ", ".join(verdict) or "-"])
     return rows
 
 
 HEADER = ["op", "shape", "pass", "ours kernel ms", "FLA kernel ms", "ours/FLA kernel",
           "ours eager ms", "FLA eager ms", "ours/FLA eager", "ours/FLA graph", "ours % roofline",
-          "FLA % roofline", "first call s ours / FLA", "worst rel_rmse ours / FLA", "targets"]
+          "FLA % roofline", "first call s ours / FLA", "worst rel_rmse ours / FLA",
+          "ours/FLA peak memory", "targets"]
 
 
 def markdown(doc: dict) -> str:
@@ -1146,6 +1164,9 @@ def markdown(doc: dict) -> str:
         "fwd rows show the errors of o and the final state ht; fwd+bwd rows those of the input "
         "gradients. first call: wall time of the first call in this process (FLA's includes "
         "Triton JIT and autotuning; the Triton cache starts empty unless --triton-cache).",
+        "peak memory: torch.cuda.max_memory_allocated over one call beyond what was allocated "
+        "before it (outputs, gradients and scratch, not the inputs); target for fwd+bwd: "
+        f"ours/FLA <= {MEMORY_TARGET}.",
         "bandwidth: " + BYTES_FORMULA["qkv"]["fwd+bwd"] + "; hgrn: "
         + BYTES_FORMULA["hgrn"]["fwd+bwd"] + "; the delta rules: "
         + BYTES_FORMULA["delta"]["fwd+bwd"] + ". " + BYTES_FORMULA["note"],

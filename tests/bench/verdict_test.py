@@ -55,6 +55,21 @@ class Verdicts(unittest.TestCase):
         self.assertEqual(row[8], "0.300")  # the eager ratio, beside it
         self.assertIn("time MISS", row[-1])
 
+    def test_peak_memory_is_a_ratio_judged_on_the_backward(self):
+        def impl(mib: float) -> dict:
+            p = {"kernel_ms": 1.0, "median_ms": 1.0, "peak_mib": mib}
+            return {"available": True, "passes": {"fwd": dict(p), "fwd+bwd": dict(p)}}
+
+        c = {"op": "chunk_gated_delta_rule", "shape": "B1_T8192_H96_D128", "dims": {},
+             "impls": {"ours": impl(300.0), "FLA": impl(200.0)}}
+        fwd, bwd = cuda_ops.table_rows([c], 0.01)
+        self.assertEqual(len(bwd), len(cuda_ops.HEADER))
+        self.assertEqual(bwd[cuda_ops.HEADER.index("ours/FLA peak memory")], "1.500")
+        self.assertIn("mem MISS", bwd[-1])
+        self.assertNotIn("mem", fwd[-1])  # the target is the forward and backward's
+        c["impls"]["ours"]["passes"]["fwd+bwd"]["peak_mib"] = 200.0
+        self.assertIn("mem ok", cuda_ops.table_rows([c], 0.01)[1][-1])
+
 
 if __name__ == "__main__":
     unittest.main()
