@@ -952,7 +952,6 @@ def run_impl(rec: dict, impl: Impl, spec: OpSpec, ins: dict, do, ref: dict | Non
             headline = p["median_ms"]
             if timer.device == "cuda":
                 p.update(timer.kernel_ms(fn, args.iters))
-                p.update(timer.peak_mib(fn))
                 headline = p["kernel_ms"]
             p["achieved_gbps"] = nbytes[pname] / (headline * 1e-3) / 1e9
             p["pct_of_peak"] = 100.0 * p["achieved_gbps"] / peak if peak else None
@@ -962,6 +961,12 @@ def run_impl(rec: dict, impl: Impl, spec: OpSpec, ins: dict, do, ref: dict | Non
             p["refused"] = short_error(e)
             recover(args)
         checkpoint()
+        if timer.device == "cuda" and "refused" not in p:
+            try:
+                p.update(timer.peak_mib(fn))
+            except Exception as e:  # noqa: BLE001
+                p["peak_refused"] = short_error(e)
+                recover(args)
         if args.graph_check and timer.device == "cuda" and "refused" not in p:
             try:
                 p.update(timer.graph_ms(fn, args.iters))
