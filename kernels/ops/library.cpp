@@ -283,6 +283,7 @@ scenario::Case case_of(const Op& op, const std::map<std::string, at::Tensor>& gi
     c.chunk_size = s.chunk_size;
     c.scale = s.scale;
     c.initial_state = false;
+    c.inputs_given = true;
 
     // dimension letters from the shapes, each the same in every tensor that has it
     std::map<std::string, std::pair<int64_t, std::string>> dims;  // letter -> (size, argument)

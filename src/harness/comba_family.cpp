@@ -37,7 +37,7 @@ std::vector<FamilyIssue> check(const Case& c) {
     check_one_value_head(issues, c);
     // without the in-kernel norm the keys are used as drawn, and the step e^g I − β k pᵀ
     // grows the state once |k||p| is well above 1 (randn: |k|² ≈ scale²·K)
-    if (!flag(c, "use_qk_l2norm_in_kernel")) {
+    if (!flag(c, "use_qk_l2norm_in_kernel") && draws_inputs(c)) {
         for (const char* name : {"k", "p"}) {
             const Generator gen = generator_of(c, name);
             const double norm2 = expected_norm2(gen, c.K);

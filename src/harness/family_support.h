@@ -53,6 +53,10 @@ void check_neg_eigval(std::vector<scenario::FamilyIssue>& issues, const scenario
 /// of that for rand, 0 for zeros.
 double expected_norm2(const scenario::Generator& gen, int64_t K);
 
+/// Whether the case draws its inputs from generators: a capture or an op call hands them in,
+/// and checks of how inputs are drawn do not apply.
+bool draws_inputs(const scenario::Case& c);
+
 /// Flags delta-rule keys that diverge as drawn: without use_qk_l2norm_in_kernel the step
 /// I − β k kᵀ has the eigenvalue 1 − β‖k‖², which leaves (−1, 1) once ‖k‖² > 2 for β < 1.
 void check_unnormalised_keys(std::vector<scenario::FamilyIssue>& issues, const scenario::Case& c);

@@ -72,6 +72,8 @@ struct Case {
     std::optional<Prologue> prologue;  ///< the ops that make the kernel inputs; nullopt: none
     /// `[inputs] from`: the kernel call's arguments to replay instead of drawn inputs; null: none
     std::shared_ptr<const struct Capture> capture;
+    /// the caller hands the kernel its inputs (an op of liblav_ops.so): nothing is drawn
+    bool inputs_given = false;
 
     SourceLocation location;  ///< the file itself (line 1), for errors found while running
 };

@@ -11,6 +11,7 @@
 
 #include "core/varlen.h"
 #include "harness/family_support.h"
+#include "harness/registry.h"
 #include "metrics/bounds.h"
 
 namespace lav::harness {
@@ -313,6 +314,31 @@ TEST(Runner, SubStepTensorsOfAVarlenCaseAreJudged) {
         bool dk = false;
         for (const auto& m : r.metrics) dk = dk || m.tensor == "dk";
         EXPECT_TRUE(dk) << key;
+    }
+}
+
+// The delta rules refuse keys drawn too long for an un-normalised step; keys handed in (an op
+// call, a capture) are the caller's, whatever their length
+TEST(Runner, OnlyDrawnKeysAreCheckedForLength) {
+    Registry registry;
+    register_all(registry);
+    for (const std::string family : {"delta_rule", "gated_delta_rule", "comba"}) {
+        const Family& f = registry.get(family);
+        Case c = small_case(family);
+        for (const auto& [option, values] : f.options) c.options[option] = values.front();
+        c.options["use_qk_l2norm_in_kernel"] = "false";
+        const auto& check = f.check;
+        const auto flagged = [&] {
+            for (const auto& i : check(c))
+                if (i.path == "options.use_qk_l2norm_in_kernel") return true;
+            return false;
+        };
+        EXPECT_TRUE(flagged()) << family;
+        c.generators["k"] = c.generators["p"] = {"randn", 0.25, 1.0};
+        EXPECT_FALSE(flagged()) << family;
+        c.generators.clear();
+        c.inputs_given = true;
+        EXPECT_FALSE(flagged()) << family;
     }
 }
 
