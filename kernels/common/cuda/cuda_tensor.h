@@ -27,6 +27,9 @@ struct Sequences {
     int64_t t = 0;
 };
 
+/// Rows of a packed [B·T, ...] workspace: one per time step of every sequence.
+inline int64_t packed_rows(const Sequences& s) { return s.cu_seqlens != nullptr ? s.t : s.n * s.t; }
+
 /// Slots for the chunks of a batch cut into chunks of `size` steps. Chunk c of sequence n sits
 /// at slot first + c, first = n·⌈t/size⌉ dense, or ⌊bos_n/size⌋ + n with cu_seqlens: a
 /// sequence that starts inside a chunk takes at most one slot more than its steps fill, so

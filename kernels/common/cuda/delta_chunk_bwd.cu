@@ -31,8 +31,9 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;  // value columns per block of the dS pass
 constexpr int kCols = 16;  // value columns per step of the chunk-parallel sums
-
-int64_t rows_of(const Sequences& s) { return s.cu_seqlens != nullptr ? s.t : s.n * s.t; }
+// the column tiles' rows are padded as padded_keys() pads key rows: a stride of 16 floats puts
+// the lanes of a warp on two banks
+constexpr int kColRow = kCols + 1;
 
 /// The scratch: the forward's kept values, then the backward's, in fp32 elements.
 struct Scratch {
@@ -49,25 +50,17 @@ struct Scratch {
 
 /// The scratch at `base` (nullptr: only its size, in `floats`).
 Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
-    const int64_t rows = rows_of(p.seqs), slots = chunk_slots(p.seqs, p.chunk);
+    const int64_t rows = packed_rows(p.seqs), slots = chunk_slots(p.seqs, p.chunk);
     const int64_t HV = p.value_heads, K = p.dk, V = p.dv, C = p.chunk;
-    floats = 0;
     const auto take = [&](int64_t n) {
         float* at = base != nullptr ? base + floats : nullptr;
         floats += n;
         return at;
     };
     Scratch x;
-    x.f.qn = take(rows * p.heads * K);
-    x.f.kn = take(rows * p.heads * K);
-    x.f.w = take(rows * HV * K);
-    x.f.Ti = take(rows * HV * C);
-    x.f.v_new = take(rows * HV * V);
-    x.f.G = take(rows * HV);
-    x.f.beta = take(rows * HV);
-    x.f.h = take(slots * HV * K * V);
+    x.f = delta_chunk_saved(p, base, floats);
     x.dH = take(slots * HV * K * V);
-    x.dvn = take(rows * HV * V);
+    x.dvn = x.f.u;  // the forward is done with u when dv_new is formed
     x.dw = take(rows * HV * K);
     x.dq = take(rows * HV * K);
     x.dk = take(rows * HV * K);
@@ -84,14 +77,14 @@ Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
 __global__ void __launch_bounds__(kThreads)
     state_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
-    const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads, V = p.dv;
     const int n = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / p.heads);
     const int col0 = blockIdx.y * kTile;
     const Span s = span(p.seqs, n);
     const int tid = threadIdx.x;
     float* q = sm;                // [C, K] q̂
-    float* k = q + C * K;         // [C, K] k̂
-    float* w = k + C * K;         // [C, K]
+    float* k = q + C * K;         // [C, KP] k̂
+    float* w = k + C * KP;        // [C, K]
     float* P = w + C * K;         // [C, C] (q_i·k_j) exp(G_i − G_j) for j ≤ i, fp32
     float* dO = P + C * C;        // [C, kTile]
     float* dvn = dO + C * kTile;  // [C, kTile]
@@ -112,7 +105,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = tid; e < L * K; e += kThreads) {
             const int64_t i = e / K, dd = e % K;
             q[e] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
-            k[e] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+            k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
             w[e] = x.f.w[((r0 + i) * HV + hv) * K + dd];
         }
         for (int e = tid; e < L * kTile; e += kThreads) {
@@ -128,7 +121,7 @@ __global__ void __launch_bounds__(kThreads)
             const int i = e / L, j = e % L;
             float a = 0.f;
             if (j <= i) {
-                for (int dd = 0; dd < K; ++dd) a += q[i * K + dd] * k[j * K + dd];
+                for (int dd = 0; dd < K; ++dd) a += q[i * K + dd] * k[j * KP + dd];
                 a *= expf(G[i] - G[j]);
             }
             P[i * C + j] = a;
@@ -145,7 +138,7 @@ __global__ void __launch_bounds__(kThreads)
             const int i = e / kTile, c = e % kTile;
             float a = 0.f;
             for (int dd = 0; dd < K; ++dd)
-                a += k[i * K + dd] * rounded(dS[dd * kTile + c], p.state);
+                a += k[i * KP + dd] * rounded(dS[dd * kTile + c], p.state);
             float b = 0.f;
             for (int j = i; j < L; ++j) b += P[j * C + i] * dO[j * kTile + c];
             dvn[e] = a * expf(G[L - 1] - G[i]) + b * p.scale;
@@ -185,22 +178,22 @@ __global__ void __launch_bounds__(kThreads)
     const int L = ck.len, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0), state = (slot * HV + hv) * K * V;
     const DType in = p.q.dtype;
-    float* Ti = sm;               // [C, C]
-    float* h = Ti + C * C;        // [K, kCols] the stored state
-    float* dH = h + K * kCols;    // [K, kCols]
-    float* dO = dH + K * kCols;   // [C, kCols]
-    float* vn = dO + C * kCols;   // [C, kCols] v_new
-    float* dvn = vn + C * kCols;  // [C, kCols] dv_new
-    float* vb = dvn + C * kCols;  // [C, kCols] round(v β)
-    float* dw = vb + C * kCols;   // [C, K] Σ dv_new hᵀ
-    float* dqh = dw + C * K;      // [C, K] Σ dO hᵀ
-    float* dkh = dqh + C * K;     // [C, K] Σ v_new dHᵀ
-    float* dov = dkh + C * K;     // [C, C] Σ dO v_newᵀ
-    float* dTv = dov + C * C;     // [C, C] Σ dv_new vbᵀ
-    float* beta = dTv + C * C;    // [C]
-    float* G = beta + C;          // [C]
-    float* dbv = G + C;           // [C] Σ dvb ⊙ v
-    float* part = dbv + C;        // [kWarps]
+    float* Ti = sm;                 // [C, C]
+    float* h = Ti + C * C;          // [K, kColRow] the stored state
+    float* dH = h + K * kColRow;    // [K, kColRow]
+    float* dO = dH + K * kColRow;   // [C, kColRow]
+    float* vn = dO + C * kColRow;   // [C, kColRow] v_new
+    float* dvn = vn + C * kColRow;  // [C, kColRow] dv_new
+    float* vb = dvn + C * kColRow;  // [C, kColRow] round(v β)
+    float* dw = vb + C * kColRow;   // [C, K] Σ dv_new hᵀ
+    float* dqh = dw + C * K;        // [C, K] Σ dO hᵀ
+    float* dkh = dqh + C * K;       // [C, K] Σ v_new dHᵀ
+    float* dov = dkh + C * K;       // [C, C] Σ dO v_newᵀ
+    float* dTv = dov + C * C;       // [C, C] Σ dv_new vbᵀ
+    float* beta = dTv + C * C;      // [C]
+    float* G = beta + C;            // [C]
+    float* dbv = G + C;             // [C] Σ dvb ⊙ v
+    float* part = dbv + C;          // [kWarps]
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
         Ti[i * C + j] = x.f.Ti[((r0 + i) * HV + hv) * C + j];
@@ -219,31 +212,34 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = tid; e < K * kCols; e += kThreads) {
             const int dd = e / kCols, c = e % kCols;
             const bool ok = c < nc;
-            h[e] = ok ? x.f.h[state + int64_t(dd) * V + c0 + c] : 0.f;
-            dH[e] = ok ? x.dH[state + int64_t(dd) * V + c0 + c] : 0.f;
-            hd += h[e] * dH[e];
+            const float hs = ok ? x.f.h[state + int64_t(dd) * V + c0 + c] : 0.f;
+            const float dHs = ok ? x.dH[state + int64_t(dd) * V + c0 + c] : 0.f;
+            h[dd * kColRow + c] = hs;
+            dH[dd * kColRow + c] = dHs;
+            hd += hs * dHs;
         }
         for (int e = tid; e < L * kCols; e += kThreads) {
             const int i = e / kCols, c = e % kCols;
             const bool ok = c < nc;
             const int64_t vo = ((r0 + i) * HV + hv) * V + c0 + c;
-            dO[e] =
+            dO[i * kColRow + c] =
                 ok ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0 + i, hv) + c0 + c) : 0.f;
-            vn[e] = ok ? x.f.v_new[vo] : 0.f;
-            dvn[e] = ok ? x.dvn[vo] : 0.f;
-            vb[e] = ok ? rounded(load(p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0 + i, hv) + c0 + c) *
-                                     beta[i],
-                                 in)
-                       : 0.f;
+            vn[i * kColRow + c] = ok ? x.f.v_new[vo] : 0.f;
+            dvn[i * kColRow + c] = ok ? x.dvn[vo] : 0.f;
+            vb[i * kColRow + c] =
+                ok ? rounded(
+                         load(p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0 + i, hv) + c0 + c) * beta[i],
+                         in)
+                   : 0.f;
         }
         __syncthreads();
         for (int e = tid; e < L * K; e += kThreads) {
             const int i = e / K, dd = e % K;
             float a = 0.f, b = 0.f, c = 0.f;
             for (int cc = 0; cc < kCols; ++cc) {
-                a += dvn[i * kCols + cc] * h[dd * kCols + cc];
-                b += dO[i * kCols + cc] * h[dd * kCols + cc];
-                c += vn[i * kCols + cc] * dH[dd * kCols + cc];
+                a += dvn[i * kColRow + cc] * h[dd * kColRow + cc];
+                b += dO[i * kColRow + cc] * h[dd * kColRow + cc];
+                c += vn[i * kColRow + cc] * dH[dd * kColRow + cc];
             }
             dw[e] += a;
             dqh[e] += b;
@@ -253,8 +249,8 @@ __global__ void __launch_bounds__(kThreads)
             const int i = e / L, j = e % L;
             float a = 0.f, b = 0.f;
             for (int cc = 0; cc < kCols; ++cc) {
-                a += dO[i * kCols + cc] * vn[j * kCols + cc];
-                b += dvn[i * kCols + cc] * vb[j * kCols + cc];
+                a += dO[i * kColRow + cc] * vn[j * kColRow + cc];
+                b += dvn[i * kColRow + cc] * vb[j * kColRow + cc];
             }
             dov[e] += a;
             dTv[e] += b;
@@ -265,7 +261,7 @@ __global__ void __launch_bounds__(kThreads)
             float term = 0.f;
             if (e < L * kCols && c < nc) {
                 float dvb = 0.f;
-                for (int m = i; m < L; ++m) dvb += Ti[m * C + i] * dvn[m * kCols + c];
+                for (int m = i; m < L; ++m) dvb += Ti[m * C + i] * dvn[m * kColRow + c];
                 const int64_t vo = at(p.v, ck.s, ck.c0 + i, hv) + c0 + c;
                 store(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c, dvb * beta[i]);
                 term = dvb * load(p.v.data, p.v.dtype, vo);
@@ -300,7 +296,7 @@ __global__ void __launch_bounds__(kThreads)
 /// Pass 4, a block per (chunk slot, value head): through w = Ti kb, Ti = (I + A)⁻¹ and A.
 __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
-    const int K = p.dk, C = p.chunk, HV = p.value_heads;
+    const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads;
     const int64_t slot = blockIdx.x;
     const int hv = blockIdx.y, h = hv / (HV / p.heads);
     const Chunk ck = chunk_at(p.seqs, C, slot);
@@ -309,8 +305,8 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     const int64_t r0 = row(p.seqs, ck.s, ck.c0), cc = (slot * HV + hv) * C * C;
     const DType in = p.q.dtype;
     float* q = sm;            // [C, K] q̂
-    float* k = q + C * K;     // [C, K] k̂
-    float* dw = k + C * K;    // [C, K]
+    float* k = q + C * K;     // [C, KP] k̂
+    float* dw = k + C * KP;   // [C, K]
     float* dkb = dw + C * K;  // [C, K] Tiᵀ dw
     float* Ti = dkb + C * K;  // [C, C]
     float* dT = Ti + C * C;   // [C, C] dT, then M = dA ⊙ D
@@ -324,7 +320,7 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     for (int e = tid; e < L * K; e += kThreads) {
         const int64_t i = e / K, dd = e % K;
         q[e] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
-        k[e] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+        k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
         dw[e] = x.dw[((r0 + i) * HV + hv) * K + dd];
     }
     for (int e = tid; e < L * L; e += kThreads) {
@@ -343,7 +339,7 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
         const int i = e / L, j = e % L;
         const float bd = beta[j] * expf(G[j]);
         float a = 0.f;
-        for (int dd = 0; dd < K; ++dd) a += dw[i * K + dd] * rounded(k[j * K + dd] * bd, in);
+        for (int dd = 0; dd < K; ++dd) a += dw[i * K + dd] * rounded(k[j * KP + dd] * bd, in);
         dT[i * C + j] += a;
     }
     __syncthreads();
@@ -375,7 +371,7 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
         float a = 0.f;
-        for (int dd = 0; dd < K; ++dd) a += k[i * K + dd] * k[j * K + dd];
+        for (int dd = 0; dd < K; ++dd) a += k[i * KP + dd] * k[j * KP + dd];
         X[i * C + j] = a;
     }
     __syncthreads();
@@ -388,21 +384,21 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
         for (int dd = lane; dd < K; dd += 32) {
             const int64_t o = ((r0 + i) * HV + hv) * K + dd;
             float dq = x.dq[o] * (decay * p.scale);
-            for (int j = 0; j <= i; ++j) dq += dov[i * C + j] * k[j * K + dd];
+            for (int j = 0; j <= i; ++j) dq += dov[i * C + j] * k[j * KP + dd];
             float intra = 0.f;
             for (int j = i; j < L; ++j) intra += dov[j * C + i] * q[j * K + dd];
             const float inter = x.dk[o] * to_end;
             float a = 0.f, b = 0.f;
-            for (int j = 0; j < i; ++j) a += M[i * C + j] * k[j * K + dd];
-            for (int j = i + 1; j < L; ++j) b += M[j * C + i] * (k[j * K + dd] * beta[j]);
+            for (int j = 0; j < i; ++j) a += M[i * C + j] * k[j * KP + dd];
+            for (int j = i + 1; j < L; ++j) b += M[j * C + i] * (k[j * KP + dd] * beta[j]);
             const float dk =
                 intra + inter + dkb[i * K + dd] * (beta[i] * decay) + (a * beta[i] + b);
             x.dq[o] = dq;
             x.dk[o] = dk;
             sq += q[i * K + dd] * dq;
-            sk += k[i * K + dd] * (intra + inter);
-            skb += dkb[i * K + dd] * k[i * K + dd];
-            skin += k[i * K + dd] * inter;
+            sk += k[i * KP + dd] * (intra + inter);
+            skb += dkb[i * K + dd] * k[i * KP + dd];
+            skin += k[i * KP + dd] * inter;
         }
         sq = warp_sum(sq), sk = warp_sum(sk), skb = warp_sum(skb), skin = warp_sum(skin);
         if (lane != 0) continue;
@@ -503,7 +499,7 @@ int64_t delta_chunk_workspace_floats(const DeltaChunkProblem& p) {
 DeltaGateTerms delta_chunk_terms(const DeltaChunkProblem& p) {
     // the scratch ends with the two [rows, HV] terms
     DeltaGateTerms t;
-    t.rows = rows_of(p.seqs);
+    t.rows = packed_rows(p.seqs);
     t.ddt_bias = delta_chunk_workspace_floats(p) - t.rows * p.value_heads;
     t.dA_log = t.ddt_bias - t.rows * p.value_heads;
     return t;
@@ -517,18 +513,17 @@ void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream
     f.o.data = nullptr;
     f.ht = nullptr;
     f.h = nullptr;
-    f.saved = x.f;
-    delta_chunk_fwd(f, stream);
+    delta_chunk_fwd(f, d.workspace, stream);
     const int64_t K = p.dk, C = p.chunk, HV = p.value_heads;
-    const int64_t slots = chunk_slots(p.seqs, p.chunk), rows = rows_of(p.seqs);
+    const int64_t slots = chunk_slots(p.seqs, p.chunk), rows = packed_rows(p.seqs);
     launch(state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
-           3 * C * K + C * C + 2 * C * kTile + K * kTile + 2 * C, stream, p, d, x);
+           3 * C * K + C + C * C + 2 * C * kTile + K * kTile + 2 * C, stream, p, d, x);
     if (slots > 0) {
         launch(values_bwd, dim3(unsigned(slots), unsigned(HV)),
-               3 * C * C + 2 * K * kCols + 4 * C * kCols + 3 * C * K + 3 * C + kWarps, stream, p, d,
-               x);
-        launch(keys_bwd, dim3(unsigned(slots), unsigned(HV)), 4 * C * K + 4 * C * C + 5 * C, stream,
+               3 * C * C + 2 * K * kColRow + 4 * C * kColRow + 3 * C * K + 3 * C + kWarps, stream,
                p, d, x);
+        launch(keys_bwd, dim3(unsigned(slots), unsigned(HV)), 4 * C * K + C + 4 * C * C + 5 * C,
+               stream, p, d, x);
     }
     if (rows > 0)
         finish_keys<<<unsigned((rows * p.heads + kWarps - 1) / kWarps), kThreads, 0, stream>>>(

@@ -13,12 +13,18 @@ namespace lav::cuda {
 constexpr int kMaxDeltaChunkKeys = 128;
 constexpr int kMaxDeltaChunk = 64;
 
-/// What the chunk backward reads of its forward, kept by the forward in fp32 (each value as the
-/// contract stores it): rows as row() numbers them, chunks by chunk_slots(). nullptr: not kept.
+/// The row stride of key tiles in shared memory that products over pairs of rows read across a
+/// warp (row j in lane j): a stride of K, a multiple of 32, would put every lane on one bank.
+constexpr int padded_keys(int K) { return K + 1; }
+
+/// What the chunk forward's passes hand each other in its workspace, and the backward reads, in
+/// fp32 (each value as the contract stores it): rows as row() numbers them, chunks by
+/// chunk_slots().
 struct DeltaChunkSaved {
     float *qn = nullptr, *kn = nullptr;   ///< [rows, H, K] q̂, k̂
     float* w = nullptr;                   ///< [rows, HV, K]
     float* Ti = nullptr;                  ///< [rows, HV, chunk] the rows of (I + A)⁻¹
+    float* u = nullptr;                   ///< [rows, HV, V]
     float* v_new = nullptr;               ///< [rows, HV, V]
     float *G = nullptr, *beta = nullptr;  ///< [rows, HV] chunk-local log-decay cumsum, β as used
     float* h = nullptr;                   ///< [slots, HV, K, V] the state entering each chunk
@@ -30,12 +36,18 @@ struct DeltaChunkProblem : DeltaProblem {
     /// chunk c of sequence n at first_chunk[n] + c (device memory, N entries); nullptr: not kept
     void* h = nullptr;
     const int64_t* first_chunk = nullptr;
-    DeltaChunkSaved saved;  ///< the backward's recompute; o.data nullptr: o is not written
 };
 
-/// The chunk forward: o, ht and (when asked) h, keeping the chunk contract of
-/// common/cpu/delta_chunk.h item by item.
-void delta_chunk_fwd(const DeltaChunkProblem& p, cudaStream_t stream);
+/// The forward's workspace at `base` (nullptr: only its size, in `floats` fp32 elements).
+DeltaChunkSaved delta_chunk_saved(const DeltaChunkProblem& p, float* base, int64_t& floats);
+
+/// Scratch of the chunk forward in fp32 elements.
+int64_t delta_chunk_fwd_workspace_floats(const DeltaChunkProblem& p);
+
+/// The chunk forward: o (not written where o.data is nullptr), ht and (when asked) h, keeping the
+/// chunk contract of common/cpu/delta_chunk.h item by item; on return the workspace holds
+/// delta_chunk_saved().
+void delta_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream);
 
 /// Scratch of the chunk backward in fp32 elements.
 int64_t delta_chunk_workspace_floats(const DeltaChunkProblem& p);

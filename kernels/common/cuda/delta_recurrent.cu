@@ -243,8 +243,6 @@ struct Scratch {
     int key_slices, col_slices;
 };
 
-int64_t rows_of(const Sequences& s) { return s.cu_seqlens != nullptr ? s.t : s.n * s.t; }
-
 /// Gate terms per (row, value head): K per key, else one.
 __host__ __device__ __forceinline__ int gate_width(const DeltaProblem& p) {
     return p.gate == DeltaGate::per_key ? p.dk : 1;
@@ -254,7 +252,7 @@ __host__ __device__ __forceinline__ int gate_width(const DeltaProblem& p) {
 int column_blocks(const DeltaProblem& p) { return (p.dv + kWarps * kCols - 1) / (kWarps * kCols); }
 
 ScratchLayout layout_of(const DeltaProblem& p) {
-    const int64_t rows = rows_of(p.seqs);
+    const int64_t rows = packed_rows(p.seqs);
     ScratchLayout l;
     l.keys = rows * p.heads * p.dk;
     l.steps = rows * p.value_heads;
@@ -509,7 +507,7 @@ int64_t delta_recurrent_workspace_floats(const DeltaProblem& p) { return layout_
 DeltaGateTerms delta_recurrent_terms(const DeltaProblem& p) {
     const ScratchLayout l = layout_of(p);
     DeltaGateTerms t;
-    t.rows = rows_of(p.seqs);
+    t.rows = packed_rows(p.seqs);
     t.width = gate_width(p);
     t.dA_log = l.dA_log;
     t.ddt_bias = l.ddt;
@@ -531,7 +529,7 @@ void delta_recurrent_bwd(const DeltaProblem& p, const DeltaGrads& d, cudaStream_
     dispatch_keys(p.dk, [&](auto kpl) {
         recurrent_bwd<decltype(kpl)::value><<<grid_of(p), kWarps * 32, 0, stream>>>(p, d, x);
     });
-    const int64_t rows = rows_of(p.seqs);
+    const int64_t rows = packed_rows(p.seqs);
     if (rows > 0) {
         finish_keys<<<warp_blocks(rows * p.heads), kWarps * 32, 0, stream>>>(p, d, x, rows);
         finish_values<<<warp_blocks(rows * p.value_heads), kWarps * 32, 0, stream>>>(p, d, x, rows);

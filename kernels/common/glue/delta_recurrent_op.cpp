@@ -252,7 +252,9 @@ DeltaOut delta_chunk_fwd_cuda(const DeltaTensors& t) {
         p.h = out.h.data_ptr();
         p.first_chunk = first.data_ptr<int64_t>();
     }
-    cuda::delta_chunk_fwd(p, current_stream());
+    const at::Tensor workspace =
+        at::empty({cuda::delta_chunk_fwd_workspace_floats(p)}, t.q.options().dtype(at::kFloat));
+    cuda::delta_chunk_fwd(p, workspace.data_ptr<float>(), current_stream());
     return out;
 }
 
