@@ -34,7 +34,7 @@ constexpr int kTile = 32;  // value columns per block of the state pass, per ste
 int64_t prep_floats(int K, int C) {
     return int64_t(C) * padded_keys(K) + 2 * C * C + C * kTile + 3 * C;
 }
-int64_t state_floats(int K, int C) { return 2 * int64_t(C) * K + C * kTile + K * kTile + C; }
+int64_t state_floats(int K, int C) { return 2 * int64_t(C) * K + C * kTile + 2 * K * kTile + C; }
 int64_t out_floats(int K, int C) {
     return 2 * int64_t(C) * padded_keys(K) + C * C + K * kTile + C * kTile + C;
 }
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
     const Span& s = ck.s;
     const int64_t t0 = ck.c0, r0 = row(p.seqs, s, t0);
     const DType in = p.q.dtype;
-    float* k = sm;                 // [C, KP] k̂ as stored
+    float* k = sm;                 // [C, KP] k̂ as stored, then kb
     float* A = k + C * KP;         // [C, C]
     float* Ti = A + C * C;         // [C, C] (I + A)⁻¹
     float* vb = Ti + C * C;        // [C, kTile] round(v β)
@@ -117,6 +117,11 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
         A[i * C + j] = a;
     }
     __syncthreads();
+    // A has read k̂: it becomes kb = round(k̂ β e^G), w's factor
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int j = e / K, d = e % K;
+        k[j * KP + d] = rounded(k[j * KP + d] * (beta[j] * decay[j]), in);
+    }
     // (I + A) Ti = I by forward substitution, row by row, in fp32; then stored
     for (int i = 0; i < L; ++i) {
         for (int j = tid; j <= i; j += kThreads) {
@@ -132,12 +137,11 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
         x.Ti[((r0 + i) * HV + hv) * C + j] = j <= i ? Ti[i * C + j] : 0.f;
     }
     __syncthreads();
-    // w = Ti round(k̂ β e^G), u = Ti round(v β), each stored
+    // w = Ti kb, u = Ti round(v β), each stored
     for (int e = tid; e < L * K; e += kThreads) {
         const int i = e / K, d = e % K;
         float t = 0.f;
-        for (int j = 0; j <= i; ++j)
-            t += Ti[i * C + j] * rounded(k[j * KP + d] * (beta[j] * decay[j]), in);
+        for (int j = 0; j <= i; ++j) t += Ti[i * C + j] * k[j * KP + d];
         x.w[((r0 + i) * HV + hv) * K + d] = rounded(t, in);
     }
     for (int c0 = 0; c0 < V; c0 += kTile) {
@@ -167,11 +171,12 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Del
     const Span s = span(p.seqs, n);
     const int tid = threadIdx.x;
     const DType in = p.q.dtype;
-    float* w = sm;                  // [C, K]
-    float* k = w + C * K;           // [C, K] k̂
-    float* vn = k + C * K;          // [C, kTile] u, then v_new
-    float* S = vn + C * kTile;      // [K, kTile] the carried fp32 state
-    float* to_end = S + K * kTile;  // [C] exp(G_last − G)
+    float* w = sm;                   // [C, K]
+    float* k = w + C * K;            // [C, K] k̂
+    float* vn = k + C * K;           // [C, kTile] u, then round(v_new e^{G_last − G})
+    float* S = vn + C * kTile;       // [K, kTile] the carried fp32 state
+    float* hs = S + K * kTile;       // [K, kTile] the state as stored
+    float* to_end = hs + K * kTile;  // [C] exp(G_last − G)
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
     for (int e = tid; e < K * kTile; e += kThreads) {
         const int d = e / kTile, c = col0 + e % kTile;
@@ -196,8 +201,9 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Del
         // the state as stored (FLA's h) is what v_new and the output read
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int d = e / kTile, c = col0 + e % kTile;
+            hs[e] = rounded(S[e], p.state);
             if (c >= V) continue;
-            x.h[(((first + ch) * HV + hv) * K + d) * V + c] = rounded(S[e], p.state);
+            x.h[(((first + ch) * HV + hv) * K + d) * V + c] = hs[e];
             if (p.h != nullptr)
                 store(p.h, p.state,
                       ((p.first_chunk[n] + ch) * HV + hv) * K * V + int64_t(d) * V + c, S[e]);
@@ -207,9 +213,10 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Del
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = e % kTile;
             float t = 0.f;
-            for (int d = 0; d < K; ++d) t += w[i * K + d] * rounded(S[d * kTile + c], p.state);
-            vn[e] = rounded(vn[e] - t, in);
-            if (col0 + c < V) x.v_new[((r0 + i) * HV + hv) * V + col0 + c] = vn[e];
+            for (int d = 0; d < K; ++d) t += w[i * K + d] * hs[d * kTile + c];
+            const float v_new = rounded(vn[e] - t, in);
+            if (col0 + c < V) x.v_new[((r0 + i) * HV + hv) * V + col0 + c] = v_new;
+            vn[e] = rounded(v_new * to_end[i], in);
         }
         __syncthreads();
         // S ← e^{G_last} S + k̂ᵀ round(v_new e^{G_last − G})
@@ -217,8 +224,7 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Del
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int d = e / kTile, c = e % kTile;
             float t = S[e] * last;
-            for (int j = 0; j < L; ++j)
-                t += k[j * K + d] * rounded(vn[j * kTile + c] * to_end[j], in);
+            for (int j = 0; j < L; ++j) t += k[j * K + d] * vn[j * kTile + c];
             S[e] = t;
         }
     }

@@ -89,7 +89,8 @@ __global__ void __launch_bounds__(kThreads)
     float* dO = P + C * C;        // [C, kTile]
     float* dvn = dO + C * kTile;  // [C, kTile]
     float* dS = dvn + C * kTile;  // [K, kTile] the carried fp32 dS
-    float* G = dS + K * kTile;    // [C]
+    float* dH = dS + K * kTile;   // [K, kTile] dS as stored
+    float* G = dH + K * kTile;    // [C]
     float* q_scale = G + C;       // [C] exp(G) scale
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
     for (int e = tid; e < K * kTile; e += kThreads) {
@@ -130,15 +131,15 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t slot = (first + ch) * HV + hv;
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int dd = e / kTile, c = col0 + e % kTile;
-            if (c < V) x.dH[(slot * K + dd) * V + c] = rounded(dS[e], p.state);
+            dH[e] = rounded(dS[e], p.state);
+            if (c < V) x.dH[(slot * K + dd) * V + c] = dH[e];
         }
         __syncthreads();
         // dv_new = (k dH) ⊙ exp(G_last − G) + scale Pᵀ dO
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = e % kTile;
             float a = 0.f;
-            for (int dd = 0; dd < K; ++dd)
-                a += k[i * KP + dd] * rounded(dS[dd * kTile + c], p.state);
+            for (int dd = 0; dd < K; ++dd) a += k[i * KP + dd] * dH[dd * kTile + c];
             float b = 0.f;
             for (int j = i; j < L; ++j) b += P[j * C + i] * dO[j * kTile + c];
             dvn[e] = a * expf(G[L - 1] - G[i]) + b * p.scale;
@@ -517,7 +518,7 @@ void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream
     const int64_t K = p.dk, C = p.chunk, HV = p.value_heads;
     const int64_t slots = chunk_slots(p.seqs, p.chunk), rows = packed_rows(p.seqs);
     launch(state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
-           3 * C * K + C + C * C + 2 * C * kTile + K * kTile + 2 * C, stream, p, d, x);
+           3 * C * K + C + C * C + 2 * C * kTile + 2 * K * kTile + 2 * C, stream, p, d, x);
     if (slots > 0) {
         launch(values_bwd, dim3(unsigned(slots), unsigned(HV)),
                3 * C * C + 2 * K * kColRow + 4 * C * kColRow + 3 * C * K + 3 * C + kWarps, stream,
