@@ -3,7 +3,7 @@
 #include "common/cuda/delta_chunk_cuda.h"
 #include "common/cuda/delta_recurrent_cuda.h"
 #include "common/glue/cuda_glue.h"
-#include "common/glue/delta_recurrent_op.h"
+#include "common/glue/delta_op.h"
 #include "common/rows.h"
 #include "gated_delta_rule/gated_delta_rule.h"
 

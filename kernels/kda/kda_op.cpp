@@ -2,7 +2,7 @@
 // gate, and its CUDA row (recurrent only: chunk runs on the CPU row).
 #include "common/cuda/delta_recurrent_cuda.h"
 #include "common/glue/cuda_glue.h"
-#include "common/glue/delta_recurrent_op.h"
+#include "common/glue/delta_op.h"
 #include "common/rows.h"
 #include "kda/kda.h"
 

@@ -1,4 +1,4 @@
-// kernels/common/glue/delta_recurrent_op.h — torch glue of the delta rule CUDA kernels, shared by
+// kernels/common/glue/delta_op.h — torch glue of the delta rule CUDA kernels, shared by
 // delta_rule, gated_delta_rule and kda (they differ only in the gate's shape): the recurrent
 // forward and backward, and the chunk forward and backward (delta_rule and gated_delta_rule).
 #pragma once

@@ -1,7 +1,7 @@
-// kernels/common/glue/delta_recurrent_op.cpp — torch glue of the delta rule CUDA kernels: checks
+// kernels/common/glue/delta_op.cpp — torch glue of the delta rule CUDA kernels: checks
 // the arguments as the CPU backends do, allocates the results, sums the in-kernel gate's
 // per-step gradient terms and numbers the chunk forward's kept states.
-#include "common/glue/delta_recurrent_op.h"
+#include "common/glue/delta_op.h"
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
