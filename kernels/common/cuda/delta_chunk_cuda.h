@@ -9,7 +9,8 @@
 
 namespace lav::cuda {
 
-/// Largest key width and chunk the chunk forward takes (its tiles live in shared memory).
+/// Largest key width and chunk the chunk kernels take: their tiles live in shared memory, and
+/// the backward's outgrow it past K = 128 (the forward's would fit K = 256).
 constexpr int kMaxDeltaChunkKeys = 128;
 constexpr int kMaxDeltaChunk = 64;
 
