@@ -5,11 +5,14 @@
 // rounded where that contract rounds it:
 //  1. the chunk forward again (delta_chunk.cu), keeping what the later passes read: q̂, k̂, w,
 //     the rows of (I + A)⁻¹, v_new, G, β and the stored chunk states h;
-//  2. a block per (sequence, value head, 32 value columns) walks the chunks backwards carrying
-//     dS in fp32: it keeps each chunk's dH = round(dS) and dv_new = (k dH) e^{G_last − G} +
-//     scale Pᵀ dO, then dS ← e^{G_last} dS + scale (q e^G)ᵀ dO − wᵀ dv_new;
+//  2. a block per (chunk, value head) makes the scores P = (q̂ k̂ᵀ) ⊙ e^{G_i − G_j} in fp32, then a
+//     block per (sequence, value head, 32 value columns) walks the chunks backwards carrying dS
+//     in fp32: it keeps each chunk's dH = round(dS) and dv_new = (k dH) e^{G_last − G} +
+//     scale Pᵀ dO, then dS ← e^{G_last} dS + scale (q e^G)ᵀ dO − wᵀ dv_new, holding one of k̂,
+//     q̂, w at a time so that keys 256 wide fit;
 //  3. a block per (chunk, value head) adds the sums over the value columns: dw = −dv_new hᵀ,
-//     dO hᵀ, v_new dHᵀ, dO v_newᵀ, dv_new vbᵀ and ⟨h, dH⟩, and writes dv = β Tiᵀ dv_new;
+//     dO hᵀ, v_new dHᵀ (128 keys at a time), dO v_newᵀ, dv_new vbᵀ and ⟨h, dH⟩, and writes
+//     dv = β Tiᵀ dv_new;
 //  4. a block per (chunk, value head) goes back through w = Ti kb, Ti = (I + A)⁻¹, A and the
 //     gate: dq and dk per value head, dβ and dg (reverse-summed within the chunk);
 //  5. a warp per (row, key head) adds dq and dk over the key head's value heads in order and
@@ -34,15 +37,17 @@ constexpr int kCols = 16;  // value columns per step of the chunk-parallel sums
 // the column tiles' rows are padded as padded_keys() pads key rows: a stride of 16 floats puts
 // the lanes of a warp on two banks
 constexpr int kColRow = kCols + 1;
+// keys per round of the column sums: their [C, keys] accumulators are most of the block's tiles
+constexpr int kKeyPart = 128;
 
 /// The scratch: the forward's kept values, then the backward's, in fp32 elements.
 struct Scratch {
     DeltaChunkSaved f;
     float* dH;        // [slots, HV, K, V] round(dS) entering each chunk's reverse step
     float* dvn;       // [rows, HV, V] dv_new
-    float* dw;        // [rows, HV, K]
+    float* dw;        // [rows, HV, K] dw, then dkb = Tiᵀ dw
     float *dq, *dk;   // [rows, HV, K] the state terms Σ dO hᵀ, Σ v_new dHᵀ; then dq̂, dk̂
-    float *dov, *dT;  // [slots, HV, C, C] scale (dO v_newᵀ ⊙ D) and dv_new vbᵀ
+    float *dov, *dT;  // [slots, HV, C, C] the scores P, then scale (dO v_newᵀ ⊙ D); dv_new vbᵀ
     float* dbv;       // [rows, HV] Σ dvb ⊙ v, dβ's value term
     float* hdH;       // [slots, HV] ⟨h, dH⟩
     float *dA_log, *ddt;  // [rows, HV] the in-kernel gate's terms
@@ -73,7 +78,40 @@ Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
     return x;
 }
 
-/// Pass 2, a block per (sequence, value head, kTile value columns).
+/// Pass 2a, a block per (chunk slot, value head): the scores P = (q̂_i·k̂_j) exp(G_i − G_j) for
+/// j ≤ i in fp32, into dov's place (pass 3 writes dov once pass 2b has read P).
+__global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, DeltaGrads, Scratch x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads;
+    const int64_t slot = blockIdx.x;
+    const int hv = blockIdx.y, h = hv / (HV / p.heads);
+    const Chunk ck = chunk_at(p.seqs, C, slot);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x;
+    const int64_t r0 = row(p.seqs, ck.s, ck.c0);
+    float* q = sm;          // [C, K] q̂
+    float* k = q + C * K;   // [C, KP] k̂
+    float* G = k + C * KP;  // [C]
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int64_t i = e / K, dd = e % K;
+        q[e] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
+        k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+    }
+    for (int i = tid; i < L; i += kThreads) G[i] = x.f.G[(r0 + i) * HV + hv];
+    __syncthreads();
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        if (j <= i) {
+            for (int dd = 0; dd < K; ++dd) a += q[i * K + dd] * k[j * KP + dd];
+            a *= expf(G[i] - G[j]);
+        }
+        x.dov[((slot * HV + hv) * C + i) * C + j] = a;
+    }
+}
+
+/// Pass 2b, a block per (sequence, value head, kTile value columns). One key tile at a time
+/// (k̂ for dv_new, then q̂ and w for dS), so that the block fits keys 256 wide.
 __global__ void __launch_bounds__(kThreads)
     state_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
@@ -82,14 +120,12 @@ __global__ void __launch_bounds__(kThreads)
     const int col0 = blockIdx.y * kTile;
     const Span s = span(p.seqs, n);
     const int tid = threadIdx.x;
-    float* q = sm;                // [C, K] q̂
-    float* k = q + C * K;         // [C, KP] k̂
-    float* w = k + C * KP;        // [C, K]
-    float* P = w + C * K;         // [C, C] (q_i·k_j) exp(G_i − G_j) for j ≤ i, fp32
+    float* X = sm;                // [C, KP] k̂, then q̂, then w
+    float* P = X + C * KP;        // [C, C] the scores
     float* dO = P + C * C;        // [C, kTile]
     float* dvn = dO + C * kTile;  // [C, kTile]
     float* dS = dvn + C * kTile;  // [K, kTile] the carried fp32 dS
-    float* dH = dS + K * kTile;   // [K, kTile] dS as stored
+    float* dH = dS + K * kTile;   // [K, kTile] dS as stored, then the dO term of the new dS
     float* G = dH + K * kTile;    // [C]
     float* q_scale = G + C;       // [C] exp(G) scale
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
@@ -97,17 +133,23 @@ __global__ void __launch_bounds__(kThreads)
         const int dd = e / kTile, c = col0 + e % kTile;
         dS[e] = d.dht != nullptr && c < V ? load(d.dht, p.state, state + int64_t(dd) * V + c) : 0.f;
     }
+    // a [C, K] tile of per-row values in the padded rows of X
+    const auto load_rows = [&](const float* src, int64_t r0, int L, int heads, int head) {
+        for (int e = tid; e < L * K; e += kThreads) {
+            const int64_t i = e / K, dd = e % K;
+            X[i * KP + dd] = src[((r0 + i) * heads + head) * K + dd];
+        }
+    };
     const int64_t first = first_slot(p.seqs, C, n, s);
     for (int64_t ch = (s.len + C - 1) / C; ch-- > 0;) {
         const int64_t t0 = ch * C;
         const int L = int(s.len - t0 < C ? s.len - t0 : C);
-        const int64_t r0 = row(p.seqs, s, t0);
+        const int64_t r0 = row(p.seqs, s, t0), slot = (first + ch) * HV + hv;
         __syncthreads();  // the later chunk is done with every tile
-        for (int e = tid; e < L * K; e += kThreads) {
-            const int64_t i = e / K, dd = e % K;
-            q[e] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
-            k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
-            w[e] = x.f.w[((r0 + i) * HV + hv) * K + dd];
+        load_rows(x.f.kn, r0, L, p.heads, h);
+        for (int e = tid; e < L * L; e += kThreads) {
+            const int i = e / L, j = e % L;
+            P[i * C + j] = x.dov[(slot * C + i) * C + j];
         }
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = col0 + e % kTile;
@@ -117,18 +159,7 @@ __global__ void __launch_bounds__(kThreads)
             G[i] = x.f.G[(r0 + i) * HV + hv];
             q_scale[i] = expf(G[i]) * p.scale;
         }
-        __syncthreads();
-        for (int e = tid; e < L * L; e += kThreads) {
-            const int i = e / L, j = e % L;
-            float a = 0.f;
-            if (j <= i) {
-                for (int dd = 0; dd < K; ++dd) a += q[i * K + dd] * k[j * KP + dd];
-                a *= expf(G[i] - G[j]);
-            }
-            P[i * C + j] = a;
-        }
         // the stored copy of dS, which this chunk's passes read
-        const int64_t slot = (first + ch) * HV + hv;
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int dd = e / kTile, c = col0 + e % kTile;
             dH[e] = rounded(dS[e], p.state);
@@ -139,23 +170,32 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = e % kTile;
             float a = 0.f;
-            for (int dd = 0; dd < K; ++dd) a += k[i * KP + dd] * dH[dd * kTile + c];
+            for (int dd = 0; dd < K; ++dd) a += X[i * KP + dd] * dH[dd * kTile + c];
             float b = 0.f;
             for (int j = i; j < L; ++j) b += P[j * C + i] * dO[j * kTile + c];
             dvn[e] = a * expf(G[L - 1] - G[i]) + b * p.scale;
             if (col0 + c < V) x.dvn[((r0 + i) * HV + hv) * V + col0 + c] = dvn[e];
         }
         __syncthreads();
-        // dS ← exp(G_last) dS + (q ⊙ exp(G) scale)ᵀ dO − wᵀ dv_new
+        // dS ← exp(G_last) dS + (q ⊙ exp(G) scale)ᵀ dO − wᵀ dv_new: the first term into dH's
+        // place, which dv_new has read
+        load_rows(x.f.qn, r0, L, p.heads, h);
+        __syncthreads();
+        for (int e = tid; e < K * kTile; e += kThreads) {
+            const int dd = e / kTile, c = e % kTile;
+            float a = 0.f;
+            for (int i = 0; i < L; ++i) a += X[i * KP + dd] * q_scale[i] * dO[i * kTile + c];
+            dH[e] = a;
+        }
+        __syncthreads();
+        load_rows(x.f.w, r0, L, HV, hv);
+        __syncthreads();
         const float last = expf(G[L - 1]);
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int dd = e / kTile, c = e % kTile;
-            float a = 0.f, b = 0.f;
-            for (int i = 0; i < L; ++i) {
-                a += q[i * K + dd] * q_scale[i] * dO[i * kTile + c];
-                b += w[i * K + dd] * dvn[i * kTile + c];
-            }
-            dS[e] = dS[e] * last + a - b;
+            float b = 0.f;
+            for (int i = 0; i < L; ++i) b += X[i * KP + dd] * dvn[i * kTile + c];
+            dS[e] = dS[e] * last + dH[e] - b;
         }
     }
     __syncthreads();
@@ -167,11 +207,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /// Pass 3, a block per (chunk slot, value head): the sums over the value columns, kCols at a
-/// time, each thread adding to the elements it owns.
+/// time, each thread adding to the elements it owns; the [C, K] sums kKeyPart keys at a time
+/// (the first round also takes the sums without a key axis).
 __global__ void __launch_bounds__(kThreads)
     values_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
     const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int KH = K < kKeyPart ? K : kKeyPart;
     const int64_t slot = blockIdx.x;
     const int hv = blockIdx.y;
     const Chunk ck = chunk_at(p.seqs, C, slot);
@@ -180,16 +222,16 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t r0 = row(p.seqs, ck.s, ck.c0), state = (slot * HV + hv) * K * V;
     const DType in = p.q.dtype;
     float* Ti = sm;                 // [C, C]
-    float* h = Ti + C * C;          // [K, kColRow] the stored state
-    float* dH = h + K * kColRow;    // [K, kColRow]
-    float* dO = dH + K * kColRow;   // [C, kColRow]
+    float* h = Ti + C * C;          // [KH, kColRow] the stored state
+    float* dH = h + KH * kColRow;   // [KH, kColRow]
+    float* dO = dH + KH * kColRow;  // [C, kColRow]
     float* vn = dO + C * kColRow;   // [C, kColRow] v_new
     float* dvn = vn + C * kColRow;  // [C, kColRow] dv_new
     float* vb = dvn + C * kColRow;  // [C, kColRow] round(v β)
-    float* dw = vb + C * kColRow;   // [C, K] Σ dv_new hᵀ
-    float* dqh = dw + C * K;        // [C, K] Σ dO hᵀ
-    float* dkh = dqh + C * K;       // [C, K] Σ v_new dHᵀ
-    float* dov = dkh + C * K;       // [C, C] Σ dO v_newᵀ
+    float* dw = vb + C * kColRow;   // [C, KH] Σ dv_new hᵀ
+    float* dqh = dw + C * KH;       // [C, KH] Σ dO hᵀ
+    float* dkh = dqh + C * KH;      // [C, KH] Σ v_new dHᵀ
+    float* dov = dkh + C * KH;      // [C, C] Σ dO v_newᵀ
     float* dTv = dov + C * C;       // [C, C] Σ dv_new vbᵀ
     float* beta = dTv + C * C;      // [C]
     float* G = beta + C;            // [C]
@@ -200,75 +242,93 @@ __global__ void __launch_bounds__(kThreads)
         Ti[i * C + j] = x.f.Ti[((r0 + i) * HV + hv) * C + j];
         dov[e] = dTv[e] = 0.f;
     }
-    for (int e = tid; e < L * K; e += kThreads) dw[e] = dqh[e] = dkh[e] = 0.f;
     for (int i = tid; i < L; i += kThreads) {
         beta[i] = x.f.beta[(r0 + i) * HV + hv];
         G[i] = x.f.G[(r0 + i) * HV + hv];
         dbv[i] = 0.f;
     }
     float hd = 0.f;
-    for (int c0 = 0; c0 < V; c0 += kCols) {
-        __syncthreads();  // the previous columns are done with every tile
-        const int nc = V - c0 < kCols ? V - c0 : kCols;
-        for (int e = tid; e < K * kCols; e += kThreads) {
-            const int dd = e / kCols, c = e % kCols;
-            const bool ok = c < nc;
-            const float hs = ok ? x.f.h[state + int64_t(dd) * V + c0 + c] : 0.f;
-            const float dHs = ok ? x.dH[state + int64_t(dd) * V + c0 + c] : 0.f;
-            h[dd * kColRow + c] = hs;
-            dH[dd * kColRow + c] = dHs;
-            hd += hs * dHs;
-        }
-        for (int e = tid; e < L * kCols; e += kThreads) {
-            const int i = e / kCols, c = e % kCols;
-            const bool ok = c < nc;
-            const int64_t vo = ((r0 + i) * HV + hv) * V + c0 + c;
-            dO[i * kColRow + c] =
-                ok ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0 + i, hv) + c0 + c) : 0.f;
-            vn[i * kColRow + c] = ok ? x.f.v_new[vo] : 0.f;
-            dvn[i * kColRow + c] = ok ? x.dvn[vo] : 0.f;
-            vb[i * kColRow + c] =
-                ok ? rounded(
-                         load(p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0 + i, hv) + c0 + c) * beta[i],
-                         in)
-                   : 0.f;
+    for (int k0 = 0; k0 < K; k0 += KH) {
+        const int nk = K - k0 < KH ? K - k0 : KH;
+        const bool first = k0 == 0;
+        __syncthreads();  // the previous keys' sums are stored
+        for (int e = tid; e < L * KH; e += kThreads) dw[e] = dqh[e] = dkh[e] = 0.f;
+        for (int c0 = 0; c0 < V; c0 += kCols) {
+            __syncthreads();  // the previous columns are done with every tile
+            const int nc = V - c0 < kCols ? V - c0 : kCols;
+            for (int e = tid; e < nk * kCols; e += kThreads) {
+                const int dd = e / kCols, c = e % kCols;
+                const bool ok = c < nc;
+                const int64_t o = state + int64_t(k0 + dd) * V + c0 + c;
+                const float hs = ok ? x.f.h[o] : 0.f;
+                const float dHs = ok ? x.dH[o] : 0.f;
+                h[dd * kColRow + c] = hs;
+                dH[dd * kColRow + c] = dHs;
+                hd += hs * dHs;
+            }
+            for (int e = tid; e < L * kCols; e += kThreads) {
+                const int i = e / kCols, c = e % kCols;
+                const bool ok = c < nc;
+                const int64_t vo = ((r0 + i) * HV + hv) * V + c0 + c;
+                dO[i * kColRow + c] =
+                    ok ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0 + i, hv) + c0 + c)
+                       : 0.f;
+                vn[i * kColRow + c] = ok ? x.f.v_new[vo] : 0.f;
+                dvn[i * kColRow + c] = ok ? x.dvn[vo] : 0.f;
+                if (first)
+                    vb[i * kColRow + c] = ok ? rounded(load(p.v.data, p.v.dtype,
+                                                            at(p.v, ck.s, ck.c0 + i, hv) + c0 + c) *
+                                                           beta[i],
+                                                       in)
+                                             : 0.f;
+            }
+            __syncthreads();
+            for (int e = tid; e < L * nk; e += kThreads) {
+                const int i = e / nk, dd = e % nk;
+                float a = 0.f, b = 0.f, c = 0.f;
+                for (int cc = 0; cc < kCols; ++cc) {
+                    a += dvn[i * kColRow + cc] * h[dd * kColRow + cc];
+                    b += dO[i * kColRow + cc] * h[dd * kColRow + cc];
+                    c += vn[i * kColRow + cc] * dH[dd * kColRow + cc];
+                }
+                dw[e] += a;
+                dqh[e] += b;
+                dkh[e] += c;
+            }
+            if (!first) continue;
+            for (int e = tid; e < L * L; e += kThreads) {
+                const int i = e / L, j = e % L;
+                float a = 0.f, b = 0.f;
+                for (int cc = 0; cc < kCols; ++cc) {
+                    a += dO[i * kColRow + cc] * vn[j * kColRow + cc];
+                    b += dvn[i * kColRow + cc] * vb[j * kColRow + cc];
+                }
+                dov[e] += a;
+                dTv[e] += b;
+            }
+            // dvb = Tiᵀ dv_new; dv = dvb β; dβ's term Σ dvb ⊙ v over the 16 lanes of a row
+            for (int base = 0; base < L * kCols; base += kThreads) {
+                const int e = base + tid, i = e / kCols, c = e % kCols;
+                float term = 0.f;
+                if (e < L * kCols && c < nc) {
+                    float dvb = 0.f;
+                    for (int m = i; m < L; ++m) dvb += Ti[m * C + i] * dvn[m * kColRow + c];
+                    const int64_t vo = at(p.v, ck.s, ck.c0 + i, hv) + c0 + c;
+                    store(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c,
+                          dvb * beta[i]);
+                    term = dvb * load(p.v.data, p.v.dtype, vo);
+                }
+                for (int o = kCols / 2; o > 0; o /= 2)
+                    term += __shfl_xor_sync(0xffffffffu, term, o);
+                if (e < L * kCols && c == 0) dbv[i] += term;
+            }
         }
         __syncthreads();
-        for (int e = tid; e < L * K; e += kThreads) {
-            const int i = e / K, dd = e % K;
-            float a = 0.f, b = 0.f, c = 0.f;
-            for (int cc = 0; cc < kCols; ++cc) {
-                a += dvn[i * kColRow + cc] * h[dd * kColRow + cc];
-                b += dO[i * kColRow + cc] * h[dd * kColRow + cc];
-                c += vn[i * kColRow + cc] * dH[dd * kColRow + cc];
-            }
-            dw[e] += a;
-            dqh[e] += b;
-            dkh[e] += c;
-        }
-        for (int e = tid; e < L * L; e += kThreads) {
-            const int i = e / L, j = e % L;
-            float a = 0.f, b = 0.f;
-            for (int cc = 0; cc < kCols; ++cc) {
-                a += dO[i * kColRow + cc] * vn[j * kColRow + cc];
-                b += dvn[i * kColRow + cc] * vb[j * kColRow + cc];
-            }
-            dov[e] += a;
-            dTv[e] += b;
-        }
-        // dvb = Tiᵀ dv_new; dv = dvb β; dβ's term Σ dvb ⊙ v over the 16 lanes of a row
-        for (int base = 0; base < L * kCols; base += kThreads) {
-            const int e = base + tid, i = e / kCols, c = e % kCols;
-            float term = 0.f;
-            if (e < L * kCols && c < nc) {
-                float dvb = 0.f;
-                for (int m = i; m < L; ++m) dvb += Ti[m * C + i] * dvn[m * kColRow + c];
-                const int64_t vo = at(p.v, ck.s, ck.c0 + i, hv) + c0 + c;
-                store(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c, dvb * beta[i]);
-                term = dvb * load(p.v.data, p.v.dtype, vo);
-            }
-            for (int o = kCols / 2; o > 0; o /= 2) term += __shfl_xor_sync(0xffffffffu, term, o);
-            if (e < L * kCols && c == 0) dbv[i] += term;
+        for (int e = tid; e < L * nk; e += kThreads) {
+            const int64_t i = e / nk, dd = e % nk, o = ((r0 + i) * HV + hv) * K + k0 + dd;
+            x.dw[o] = -dw[e];
+            x.dq[o] = dqh[e];
+            x.dk[o] = dkh[e];
         }
     }
     hd = warp_sum(hd);
@@ -278,12 +338,6 @@ __global__ void __launch_bounds__(kThreads)
         float sum = 0.f;
         for (int i = 0; i < kWarps; ++i) sum += part[i];
         x.hdH[slot * HV + hv] = sum;
-    }
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int64_t i = e / K, dd = e % K, o = ((r0 + i) * HV + hv) * K + dd;
-        x.dw[o] = -dw[e];
-        x.dq[o] = dqh[e];
-        x.dk[o] = dkh[e];
     }
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
@@ -305,24 +359,22 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     const int L = ck.len, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0), cc = (slot * HV + hv) * C * C;
     const DType in = p.q.dtype;
-    float* q = sm;            // [C, K] q̂
-    float* k = q + C * K;     // [C, KP] k̂
-    float* dw = k + C * KP;   // [C, K]
-    float* dkb = dw + C * K;  // [C, K] Tiᵀ dw
-    float* Ti = dkb + C * K;  // [C, C]
-    float* dT = Ti + C * C;   // [C, C] dT, then M = dA ⊙ D
-    float* X = dT + C * C;    // [C, C] Tiᵀ dT, then k̂ k̂ᵀ
-    float* dov = X + C * C;   // [C, C]
-    float* G = dov + C * C;   // [C]
-    float* beta = G + C;      // [C]
-    float* dG = beta + C;     // [C]
-    float* db = dG + C;       // [C] dβ as used
-    float* kdk = db + C;      // [C] k̂·dk_inter of each row
+    float* k = sm;           // [C, KP] k̂
+    float* Y = k + C * KP;   // [C, K] dw, then q̂
+    float* Ti = Y + C * K;   // [C, C]
+    float* dT = Ti + C * C;  // [C, C] dT, then M = dA ⊙ D
+    float* X = dT + C * C;   // [C, C] Tiᵀ dT, then k̂ k̂ᵀ
+    float* dov = X + C * C;  // [C, C]
+    float* G = dov + C * C;  // [C]
+    float* beta = G + C;     // [C]
+    float* dG = beta + C;    // [C]
+    float* db = dG + C;      // [C] dβ as used
+    float* kdk = db + C;     // [C] k̂·dk_inter of each row
+    const float* dw = Y;
     for (int e = tid; e < L * K; e += kThreads) {
         const int64_t i = e / K, dd = e % K;
-        q[e] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
         k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
-        dw[e] = x.dw[((r0 + i) * HV + hv) * K + dd];
+        Y[e] = x.dw[((r0 + i) * HV + hv) * K + dd];
     }
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
@@ -344,7 +396,8 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
         dT[i * C + j] += a;
     }
     __syncthreads();
-    // X = Tiᵀ dT and dkb = Tiᵀ dw (Ti is lower triangular)
+    // X = Tiᵀ dT and dkb = Tiᵀ dw (Ti is lower triangular), dkb in dw's place in the scratch: the
+    // block keeps k̂ and one more key tile, so that keys 256 wide fit
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
         float a = 0.f;
@@ -355,9 +408,14 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
         const int i = e / K, dd = e % K;
         float a = 0.f;
         for (int m = i; m < L; ++m) a += Ti[m * C + i] * dw[m * K + dd];
-        dkb[e] = a;
+        x.dw[((r0 + i) * HV + hv) * K + dd] = a;
     }
     __syncthreads();
+    float* q = Y;  // [C, K] q̂, in dw's place
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int64_t i = e / K, dd = e % K;
+        q[e] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
+    }
     // dA = −X Tiᵀ below the diagonal, and M = dA ⊙ exp(G_i − G_j) over dT
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
@@ -392,13 +450,13 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
             float a = 0.f, b = 0.f;
             for (int j = 0; j < i; ++j) a += M[i * C + j] * k[j * KP + dd];
             for (int j = i + 1; j < L; ++j) b += M[j * C + i] * (k[j * KP + dd] * beta[j]);
-            const float dk =
-                intra + inter + dkb[i * K + dd] * (beta[i] * decay) + (a * beta[i] + b);
+            const float dkb = x.dw[o];
+            const float dk = intra + inter + dkb * (beta[i] * decay) + (a * beta[i] + b);
             x.dq[o] = dq;
             x.dk[o] = dk;
             sq += q[i * K + dd] * dq;
             sk += k[i * KP + dd] * (intra + inter);
-            skb += dkb[i * K + dd] * k[i * KP + dd];
+            skb += dkb * k[i * KP + dd];
             skin += k[i * KP + dd] * inter;
         }
         sq = warp_sum(sq), sk = warp_sum(sk), skb = warp_sum(skb), skin = warp_sum(skin);
@@ -517,13 +575,17 @@ void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream
     delta_chunk_fwd(f, d.workspace, stream);
     const int64_t K = p.dk, C = p.chunk, HV = p.value_heads;
     const int64_t slots = chunk_slots(p.seqs, p.chunk), rows = packed_rows(p.seqs);
+    const int64_t KP = padded_keys(p.dk), KH = K < kKeyPart ? K : kKeyPart;
+    if (slots > 0)
+        launch(scores_bwd, dim3(unsigned(slots), unsigned(HV)), C * K + C * KP + C, stream, p, d,
+               x);
     launch(state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
-           3 * C * K + C + C * C + 2 * C * kTile + 2 * K * kTile + 2 * C, stream, p, d, x);
+           C * KP + C * C + 2 * C * kTile + 2 * K * kTile + 2 * C, stream, p, d, x);
     if (slots > 0) {
         launch(values_bwd, dim3(unsigned(slots), unsigned(HV)),
-               3 * C * C + 2 * K * kColRow + 4 * C * kColRow + 3 * C * K + 3 * C + kWarps, stream,
+               3 * C * C + 2 * KH * kColRow + 4 * C * kColRow + 3 * C * KH + 3 * C + kWarps, stream,
                p, d, x);
-        launch(keys_bwd, dim3(unsigned(slots), unsigned(HV)), 4 * C * K + C + 4 * C * C + 5 * C,
+        launch(keys_bwd, dim3(unsigned(slots), unsigned(HV)), C * KP + C * K + 4 * C * C + 5 * C,
                stream, p, d, x);
     }
     if (rows > 0)

@@ -9,9 +9,9 @@
 
 namespace lav::cuda {
 
-/// Largest key width and chunk the chunk kernels take: their tiles live in shared memory, and
-/// the backward's outgrow it past K = 128 (the forward's would fit K = 256).
-constexpr int kMaxDeltaChunkKeys = 128;
+/// Largest key width and chunk the chunk kernels take: their tiles live in shared memory, which
+/// at K = 256 and C = 64 they fill up to 205 KB of the 227 KB a Hopper block may have.
+constexpr int kMaxDeltaChunkKeys = 256;
 constexpr int kMaxDeltaChunk = 64;
 
 /// The row stride of key tiles in shared memory that products over pairs of rows read across a
