@@ -63,7 +63,7 @@ DeltaRuleGrads delta_rule_recurrent_bwd_cpu(const DeltaRuleArgs& args, const at:
 
 /// The CUDA backend (builds with CUDA only): the tensors of `args` on one CUDA device,
 /// cu_seqlens int32 or int64 on any device; results on that device. The chunk kernels take keys
-/// up to 128 and chunks up to 64.
+/// up to 256 and chunks up to 64.
 DeltaRuleFwd delta_rule_recurrent_fwd_cuda(const DeltaRuleArgs& args);
 DeltaRuleGrads delta_rule_recurrent_bwd_cuda(const DeltaRuleArgs& args, const at::Tensor& d_o,
                                              const at::Tensor& dht);

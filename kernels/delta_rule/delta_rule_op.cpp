@@ -1,5 +1,5 @@
 // kernels/delta_rule/delta_rule_op.cpp — delta_rule's CUDA backend: the delta rule kernels
-// (recurrent, and chunk for keys up to 128) without a gate, and its CUDA rows.
+// (recurrent, and chunk for keys up to 256) without a gate, and its CUDA rows.
 #include "common/cuda/delta_chunk_cuda.h"
 #include "common/cuda/delta_recurrent_cuda.h"
 #include "common/glue/cuda_glue.h"

@@ -75,7 +75,7 @@ GatedDeltaRuleGrads gated_delta_rule_recurrent_bwd_cpu(const GatedDeltaRuleArgs&
 
 /// The CUDA backend (builds with CUDA only): the tensors of `args` on one CUDA device,
 /// cu_seqlens int32 or int64 on any device; results on that device. The chunk kernels take keys
-/// up to 128 and chunks up to 64.
+/// up to 256 and chunks up to 64.
 GatedDeltaRuleFwd gated_delta_rule_recurrent_fwd_cuda(const GatedDeltaRuleArgs& args);
 GatedDeltaRuleGrads gated_delta_rule_recurrent_bwd_cuda(const GatedDeltaRuleArgs& args,
                                                         const at::Tensor& d_o,

@@ -1,5 +1,5 @@
 // kernels/gated_delta_rule/gated_delta_rule_op.cpp — gated_delta_rule's CUDA backend: the delta
-// rule kernels (recurrent, and chunk for keys up to 128) with a per-head gate, and its CUDA rows.
+// rule kernels (recurrent, and chunk for keys up to 256) with a per-head gate, and its CUDA rows.
 #include "common/cuda/delta_chunk_cuda.h"
 #include "common/cuda/delta_recurrent_cuda.h"
 #include "common/glue/cuda_glue.h"
