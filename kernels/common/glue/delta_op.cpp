@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/cuda/delta_chunk_cuda.h"
+#include "common/cuda/kda_chunk_cuda.h"
 #include "common/glue/cuda_glue.h"
 #include "core/error.h"
 
@@ -134,18 +135,17 @@ cuda::DeltaProblem problem(const DeltaTensors& t, at::Tensor& holder,
     return p;
 }
 
-/// The problem of t for the chunk kernels, which take no per-key gate and keys up to
-/// cuda::kMaxDeltaChunkKeys.
+/// The problem of t for the chunk kernels: the delta rule's (no gate or one per head, keys up to
+/// cuda::kMaxDeltaChunkKeys) or kda's (a gate per key, keys up to cuda::kMaxKdaChunkKeys).
 cuda::DeltaChunkProblem chunk_problem(const DeltaTensors& t, at::Tensor& holder,
                                       std::vector<at::Tensor>& keep) {
     cuda::DeltaChunkProblem p;
     static_cast<cuda::DeltaProblem&>(p) = problem(t, holder, keep);
     p.chunk = chunk_size_of(t.chunk_size);
-    LAV_CHECK(p.gate != cuda::DeltaGate::per_key, t.family,
-              " cuda: the chunk kernels take no per-key gate");
-    LAV_CHECK(p.dk <= cuda::kMaxDeltaChunkKeys, t.family,
-              " cuda: the chunk kernels take keys up to ", cuda::kMaxDeltaChunkKeys, ", got ",
-              p.dk);
+    const int keys =
+        p.gate == cuda::DeltaGate::per_key ? cuda::kMaxKdaChunkKeys : cuda::kMaxDeltaChunkKeys;
+    LAV_CHECK(p.dk <= keys, t.family, " cuda: the chunk kernels take keys up to ", keys, ", got ",
+              p.dk, "; wider keys run on the CPU row");
     LAV_CHECK(p.chunk <= cuda::kMaxDeltaChunk, t.family,
               " cuda: the chunk kernels take chunks up to ", cuda::kMaxDeltaChunk, ", got ",
               p.chunk);
@@ -252,9 +252,14 @@ DeltaOut delta_chunk_fwd_cuda(const DeltaTensors& t) {
         p.h = out.h.data_ptr();
         p.first_chunk = first.data_ptr<int64_t>();
     }
-    const at::Tensor workspace =
-        at::empty({cuda::delta_chunk_fwd_workspace_floats(p)}, t.q.options().dtype(at::kFloat));
-    cuda::delta_chunk_fwd(p, workspace.data_ptr<float>(), current_stream());
+    const bool per_key = p.gate == cuda::DeltaGate::per_key;
+    const at::Tensor workspace = at::empty({per_key ? cuda::kda_chunk_fwd_workspace_floats(p)
+                                                    : cuda::delta_chunk_fwd_workspace_floats(p)},
+                                           t.q.options().dtype(at::kFloat));
+    if (per_key)
+        cuda::kda_chunk_fwd(p, workspace.data_ptr<float>(), current_stream());
+    else
+        cuda::delta_chunk_fwd(p, workspace.data_ptr<float>(), current_stream());
     return out;
 }
 
@@ -275,6 +280,10 @@ DeltaGradsOut delta_chunk_bwd_cuda(const DeltaTensors& t, const at::Tensor& d_o,
     at::Tensor holder;
     std::vector<at::Tensor> keep;
     const cuda::DeltaChunkProblem p = chunk_problem(t, holder, keep);
+    if (p.gate == cuda::DeltaGate::per_key)
+        return backward(
+            t, p, d_o, dht, cuda::kda_chunk_workspace_floats(p), cuda::kda_chunk_terms(p),
+            [&](const cuda::DeltaGrads& d) { cuda::kda_chunk_bwd(p, d, current_stream()); });
     return backward(
         t, p, d_o, dht, cuda::delta_chunk_workspace_floats(p), cuda::delta_chunk_terms(p),
         [&](const cuda::DeltaGrads& d) { cuda::delta_chunk_bwd(p, d, current_stream()); });

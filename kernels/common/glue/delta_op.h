@@ -1,6 +1,7 @@
 // kernels/common/glue/delta_op.h — torch glue of the delta rule CUDA kernels, shared by
 // delta_rule, gated_delta_rule and kda (they differ only in the gate's shape): the recurrent
-// forward and backward, and the chunk forward and backward (delta_rule and gated_delta_rule).
+// forward and backward, and the chunk forward and backward (the delta rule's kernels without a
+// gate or with one per head, kda's with one per key).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -51,7 +52,8 @@ DeltaOut delta_recurrent_fwd_cuda(const DeltaTensors& t);
 /// d_o like o, dht like ht (undefined: zeros).
 DeltaGradsOut delta_recurrent_bwd_cuda(const DeltaTensors& t, const at::Tensor& d_o,
                                        const at::Tensor& dht);
-/// The chunk (WY) forward and backward; no per-key gate, keys up to cuda::kMaxDeltaChunkKeys.
+/// The chunk (WY) forward and backward: keys up to cuda::kMaxDeltaChunkKeys without a gate or
+/// with one per head, up to cuda::kMaxKdaChunkKeys with one per key (kda's kernels).
 DeltaOut delta_chunk_fwd_cuda(const DeltaTensors& t);
 DeltaGradsOut delta_chunk_bwd_cuda(const DeltaTensors& t, const at::Tensor& d_o,
                                    const at::Tensor& dht);

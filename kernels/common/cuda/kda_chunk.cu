@@ -1,0 +1,401 @@
+// kernels/common/cuda/kda_chunk.cu — kda's chunk (WY / UT) forward on CUDA: the delta rule's chunk
+// form with a log decay per key, in fp32 FMA arithmetic (no tensor cores yet).
+//
+// Three passes, as delta_chunk.cu splits the gated delta rule's; the decay is a [C, K] tile here,
+// so every pairwise factor E_ijd = exp(G_id − G_jd) is taken per key inside the sums over keys:
+//  1. a block per (chunk, value head): q̂, k̂ (the normalised q, k rounded to the input dtype),
+//     G (the chunk-local cumsum per key), β as used, A_ij = β_i Σ_d k̂_id k̂_jd E_ijd (strictly
+//     lower, fp32), Ti = (I + A)⁻¹ by forward substitution in fp32, then w = round(round(Ti)
+//     round(β k̂ e^G)), u = round(round(Ti) round(β v)) and kg = round(k̂ e^{G_last − G});
+//  2. a block per (sequence, value head, kTile value columns) carries the fp32 state S through
+//     the chunks: h = round(S) in the state dtype, v_new = round(u − w h), then
+//     S ← diag(e^{G_last}) S + kgᵀ v_new;
+//  3. a block per (chunk, value head): o = A_qk v_new + (qg h) scale with
+//     A_qk = round(scale Σ_d q̂_id k̂_jd E_ijd) and qg = round(q̂ e^G).
+// Each value is rounded where kda's CPU chunk forward (kda/kda_cpu.cpp) rounds it, and its sums
+// run in that forward's order. The passes hand their values over in the workspace
+// (KdaChunkSaved), which the backward reads too.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/cuda_tensor.cuh"
+#include "common/cuda/delta_activations.cuh"
+#include "common/cuda/kda_chunk_cuda.h"
+
+namespace lav::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 32;  // value columns per block of the state pass, per step of the others
+
+// at K = 128, C = 64: 105, 105 and 137 KB (of the 227 KB a block may have)
+int64_t prep_floats(int K, int C) {
+    return 2 * int64_t(C) * padded_keys(K) + 2 * C * C + C * kTile + C;
+}
+int64_t state_floats(int K, int C) { return 2 * int64_t(C) * K + C * kTile + 2 * K * kTile + K; }
+int64_t out_floats(int K, int C) {
+    return 3 * int64_t(C) * padded_keys(K) + C * C + K * kTile + C * kTile;
+}
+
+/// Pass 1, a block per (chunk slot, value head).
+__global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaChunkSaved x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int hv = blockIdx.y, h = hv / (HV / p.heads);
+    const Chunk ck = chunk_at(p.seqs, C, blockIdx.x);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const Span& s = ck.s;
+    const int64_t t0 = ck.c0, r0 = row(p.seqs, s, t0);
+    const DType in = p.q.dtype;
+    float* k = sm;                 // [C, KP] k̂
+    float* G = k + C * KP;         // [C, KP] the chunk-local cumsum per key, e^G, then kb
+    float* A = G + C * KP;         // [C, C] A, then the inverse rounded
+    float* Ti = A + C * C;         // [C, C] (I + A)⁻¹ in fp32
+    float* vb = Ti + C * C;        // [C, kTile] round(β v)
+    float* beta = vb + C * kTile;  // [C] β as used
+    // one value head of each key head keeps q̂ and k̂
+    const bool keeps_keys = hv % (HV / p.heads) == 0;
+    // q̂ and k̂ rows, a warp per row: x · 1/√(Σ x² + eps) rounded to the input dtype
+    for (int i = warp; i < L; i += kWarps) {
+        const int64_t r = ((r0 + i) * p.heads + h) * K;
+        const auto normalised = [&](const Strided& src, float* tile, float* kept) {
+            const int64_t off = at(src, s, t0 + i, h);
+            float rstd = 1.f;
+            if (p.l2norm) {
+                float ss = 0.f;
+                for (int d = lane; d < K; d += 32) {
+                    const float xd = load(src.data, src.dtype, off + d);
+                    ss += xd * xd;
+                }
+                rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
+            }
+            for (int d = lane; d < K; d += 32) {
+                const float xd = load(src.data, src.dtype, off + d);
+                const float y = p.l2norm ? rounded(xd * rstd, in) : xd;
+                if (tile != nullptr) tile[i * KP + d] = y;
+                if (keeps_keys) kept[r + d] = y;
+            }
+        };
+        normalised(p.k, k, x.kn);
+        if (keeps_keys) normalised(p.q, nullptr, x.qn);
+    }
+    const float rate = p.gate_in_kernel ? expf(p.A_log[hv]) : 0.f;
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int i = e / K, d = e % K;
+        float g = load(p.g.data, p.g.dtype, at(p.g, s, t0 + i, hv) + d);
+        if (p.gate_in_kernel)
+            g = activated_gate(p, rate,
+                               g + (p.dt_bias != nullptr ? p.dt_bias[int64_t(hv) * K + d] : 0.f));
+        G[i * KP + d] = g;
+    }
+    for (int i = tid; i < L; i += kThreads) {
+        beta[i] = activated_beta(p, load(p.beta.data, p.beta.dtype, at(p.beta, s, t0 + i, hv)));
+        x.beta[(r0 + i) * HV + hv] = beta[i];
+    }
+    __syncthreads();
+    // a running fp32 sum down each key column, as the CPU forms G
+    for (int d = tid; d < K; d += kThreads) {
+        float acc = 0.f;
+        for (int i = 0; i < L; ++i) {
+            acc += G[i * KP + d];
+            G[i * KP + d] = acc;
+            x.G[((r0 + i) * HV + hv) * K + d] = acc;
+        }
+    }
+    __syncthreads();
+    // A_ij = β_i Σ_d (k̂_id k̂_jd) exp(G_id − G_jd) below the diagonal, in fp32; the factor is
+    // formed pairwise, never as e^{G_i} e^{−G_j}, which overflows under strong decay
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        if (j < i) {
+            for (int d = 0; d < K; ++d)
+                a += k[i * KP + d] * k[j * KP + d] * expf(G[i * KP + d] - G[j * KP + d]);
+            a *= beta[i];
+        }
+        A[i * C + j] = a;
+    }
+    // kg = round(k̂ exp(G_last − G)), which the state pass reads
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int i = e / K, d = e % K;
+        x.kg[((r0 + i) * HV + hv) * K + d] =
+            rounded(k[i * KP + d] * expf(G[(L - 1) * KP + d] - G[i * KP + d]), in);
+    }
+    __syncthreads();
+    // (I + A) Ti = I by forward substitution, row by row, in fp32, each entry summed in the
+    // CPU's order (ascending m)
+    for (int i = 0; i < L; ++i) {
+        for (int j = tid; j <= i; j += kThreads) {
+            float t = i == j ? 1.f : 0.f;
+            for (int m = j; m < i; ++m) t -= A[i * C + m] * Ti[m * C + j];
+            Ti[i * C + j] = t;
+        }
+        __syncthreads();
+    }
+    // A has been read: it takes the inverse as stored; G (stored) becomes e^G
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        A[i * C + j] = j <= i ? rounded(Ti[i * C + j], in) : 0.f;
+        if (x.Tf != nullptr) x.Tf[((r0 + i) * HV + hv) * C + j] = j <= i ? Ti[i * C + j] : 0.f;
+    }
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int j = e / K, d = e % K;
+        G[j * KP + d] = expf(G[j * KP + d]);
+    }
+    __syncthreads();
+    if (x.Wf != nullptr) {
+        // the backward's W = Ti (β (k̂ e^G)), unrounded, with the CPU backward's operand
+        for (int e = tid; e < L * K; e += kThreads) {
+            const int i = e / K, d = e % K;
+            float t = 0.f;
+            for (int j = 0; j <= i; ++j)
+                t += Ti[i * C + j] * (beta[j] * (k[j * KP + d] * G[j * KP + d]));
+            x.Wf[((r0 + i) * HV + hv) * K + d] = t;
+        }
+        __syncthreads();
+    }
+    // e^G becomes w's operand round(β k̂ e^G)
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int j = e / K, d = e % K;
+        G[j * KP + d] = rounded(beta[j] * k[j * KP + d] * G[j * KP + d], in);
+    }
+    __syncthreads();
+    // w = round(round(Ti) kb), u = round(round(Ti) round(β v)), each stored
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int i = e / K, d = e % K;
+        float t = 0.f;
+        for (int j = 0; j <= i; ++j) t += A[i * C + j] * G[j * KP + d];
+        x.w[((r0 + i) * HV + hv) * K + d] = rounded(t, in);
+    }
+    for (int c0 = 0; c0 < V; c0 += kTile) {
+        for (int e = tid; e < L * kTile; e += kThreads) {
+            const int j = e / kTile, c = c0 + e % kTile;
+            vb[e] =
+                c < V ? rounded(beta[j] * load(p.v.data, p.v.dtype, at(p.v, s, t0 + j, hv) + c), in)
+                      : 0.f;
+        }
+        __syncthreads();
+        for (int e = tid; e < L * kTile; e += kThreads) {
+            const int i = e / kTile, c = c0 + e % kTile;
+            float t = 0.f;
+            for (int j = 0; j <= i; ++j) t += A[i * C + j] * vb[j * kTile + e % kTile];
+            if (c < V) x.u[((r0 + i) * HV + hv) * V + c] = rounded(t, in);
+        }
+        __syncthreads();
+    }
+}
+
+/// Pass 2, a block per (sequence, value head, kTile value columns), through the chunks in order.
+__global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, KdaChunkSaved x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int n = blockIdx.x / HV, hv = blockIdx.x % HV;
+    const int col0 = blockIdx.y * kTile;
+    const Span s = span(p.seqs, n);
+    const int tid = threadIdx.x;
+    const DType in = p.q.dtype;
+    float* w = sm;                 // [C, K]
+    float* kg = w + C * K;         // [C, K]
+    float* vn = kg + C * K;        // [C, kTile] u, then v_new
+    float* S = vn + C * kTile;     // [K, kTile] the carried fp32 state
+    float* hs = S + K * kTile;     // [K, kTile] the state as stored
+    float* last = hs + K * kTile;  // [K] exp(G_last)
+    const int64_t state = (int64_t(n) * HV + hv) * K * V;
+    for (int e = tid; e < K * kTile; e += kThreads) {
+        const int d = e / kTile, c = col0 + e % kTile;
+        S[e] = p.h0 != nullptr && c < V ? load(p.h0, p.state, state + int64_t(d) * V + c) : 0.f;
+    }
+    const int64_t first = first_slot(p.seqs, C, n, s);
+    for (int64_t ch = 0; ch * C < s.len; ++ch) {
+        const int64_t t0 = ch * C, r0 = row(p.seqs, s, t0);
+        const int L = int(s.len - t0 < C ? s.len - t0 : C);
+        __syncthreads();  // the previous chunk is done with every tile
+        for (int e = tid; e < L * K; e += kThreads) {
+            const int64_t i = e / K, d = e % K, o = ((r0 + i) * HV + hv) * K + d;
+            w[e] = x.w[o];
+            kg[e] = x.kg[o];
+        }
+        for (int e = tid; e < L * kTile; e += kThreads) {
+            const int i = e / kTile, c = col0 + e % kTile;
+            vn[e] = c < V ? x.u[((r0 + i) * HV + hv) * V + c] : 0.f;
+        }
+        for (int d = tid; d < K; d += kThreads)
+            last[d] = expf(x.G[((r0 + L - 1) * HV + hv) * K + d]);
+        // the state as stored (FLA's h) is what v_new and the output read
+        for (int e = tid; e < K * kTile; e += kThreads) {
+            const int d = e / kTile, c = col0 + e % kTile;
+            hs[e] = rounded(S[e], p.state);
+            if (c >= V) continue;
+            x.h[(((first + ch) * HV + hv) * K + d) * V + c] = hs[e];
+            if (p.h != nullptr)
+                store(p.h, p.state,
+                      ((p.first_chunk[n] + ch) * HV + hv) * K * V + int64_t(d) * V + c, S[e]);
+        }
+        __syncthreads();
+        // v_new = round(u − w h)
+        for (int e = tid; e < L * kTile; e += kThreads) {
+            const int i = e / kTile, c = e % kTile;
+            float t = 0.f;
+            for (int d = 0; d < K; ++d) t += w[i * K + d] * hs[d * kTile + c];
+            const float v_new = rounded(vn[e] - t, in);
+            if (col0 + c < V) x.v_new[((r0 + i) * HV + hv) * V + col0 + c] = v_new;
+            vn[e] = v_new;
+        }
+        __syncthreads();
+        // S ← diag(exp(G_last)) S + kgᵀ v_new
+        for (int e = tid; e < K * kTile; e += kThreads) {
+            const int d = e / kTile, c = e % kTile;
+            float t = 0.f;
+            for (int j = 0; j < L; ++j) t += kg[j * K + d] * vn[j * kTile + c];
+            S[e] = S[e] * last[d] + t;
+        }
+    }
+    __syncthreads();
+    if (p.ht == nullptr) return;
+    for (int e = tid; e < K * kTile; e += kThreads) {
+        const int d = e / kTile, c = col0 + e % kTile;
+        if (c < V) store(p.ht, p.state, state + int64_t(d) * V + c, S[e]);
+    }
+}
+
+/// Pass 3, a block per (chunk slot, value head).
+__global__ void __launch_bounds__(kThreads) chunk_out(DeltaChunkProblem p, KdaChunkSaved x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int64_t slot = blockIdx.x;
+    const int hv = blockIdx.y, h = hv / (HV / p.heads);
+    const Chunk ck = chunk_at(p.seqs, C, slot);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x;
+    const int64_t r0 = row(p.seqs, ck.s, ck.c0);
+    const DType in = p.q.dtype;
+    float* q = sm;               // [C, KP] q̂, then qg = round(q̂ e^G)
+    float* k = q + C * KP;       // [C, KP] k̂
+    float* G = k + C * KP;       // [C, KP]
+    float* P = G + C * KP;       // [C, C] A_qk as stored
+    float* hs = P + C * C;       // [K, kTile] h as stored
+    float* vn = hs + K * kTile;  // [C, kTile] v_new
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int i = e / K, d = e % K;
+        q[i * KP + d] = x.qn[((r0 + i) * p.heads + h) * K + d];
+        k[i * KP + d] = x.kn[((r0 + i) * p.heads + h) * K + d];
+        G[i * KP + d] = x.G[((r0 + i) * HV + hv) * K + d];
+    }
+    __syncthreads();
+    // A_qk = round(scale Σ_d (q̂_id k̂_jd) exp(G_id − G_jd)) for j ≤ i
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float t = 0.f;
+        if (j <= i) {
+            for (int d = 0; d < K; ++d)
+                t += q[i * KP + d] * k[j * KP + d] * expf(G[i * KP + d] - G[j * KP + d]);
+            t = rounded(p.scale * t, in);
+        }
+        P[i * C + j] = t;
+    }
+    __syncthreads();
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int i = e / K, d = e % K;
+        q[i * KP + d] = rounded(q[i * KP + d] * expf(G[i * KP + d]), in);
+    }
+    const int64_t state = (slot * HV + hv) * K * V;
+    for (int c0 = 0; c0 < V; c0 += kTile) {
+        __syncthreads();  // qg is in, or the previous columns are done
+        for (int e = tid; e < K * kTile; e += kThreads) {
+            const int d = e / kTile, c = c0 + e % kTile;
+            hs[e] = c < V ? x.h[state + int64_t(d) * V + c] : 0.f;
+        }
+        for (int e = tid; e < L * kTile; e += kThreads) {
+            const int i = e / kTile, c = c0 + e % kTile;
+            vn[e] = c < V ? x.v_new[((r0 + i) * HV + hv) * V + c] : 0.f;
+        }
+        __syncthreads();
+        // o = A_qk v_new + (qg h) scale
+        for (int e = tid; e < L * kTile; e += kThreads) {
+            const int i = e / kTile, c = e % kTile;
+            if (c0 + c >= V) continue;
+            float a = 0.f;
+            for (int d = 0; d < K; ++d) a += q[i * KP + d] * hs[d * kTile + c];
+            float b = 0.f;
+            for (int j = 0; j <= i; ++j) b += P[i * C + j] * vn[j * kTile + c];
+            store(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c0 + c, b + a * p.scale);
+        }
+    }
+}
+
+/// Sets the dynamic shared memory a kernel may take, and launches it.
+template <typename Kernel>
+void launch(Kernel kernel, dim3 grid, int64_t floats, cudaStream_t stream,
+            const DeltaChunkProblem& p, const KdaChunkSaved& x) {
+    const int bytes = int(floats * sizeof(float));
+    LAV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                   "kda_chunk_fwd");
+    kernel<<<grid, kThreads, bytes, stream>>>(p, x);
+}
+
+}  // namespace
+
+KdaChunkSaved kda_chunk_saved(const DeltaChunkProblem& p, float* base, int64_t& floats,
+                              bool backward) {
+    const int64_t rows = packed_rows(p.seqs), slots = chunk_slots(p.seqs, p.chunk);
+    const int64_t HV = p.value_heads, K = p.dk, V = p.dv;
+    floats = 0;
+    const auto take = [&](int64_t n) {
+        float* at = base != nullptr ? base + floats : nullptr;
+        floats += n;
+        return at;
+    };
+    KdaChunkSaved x;
+    x.qn = take(rows * p.heads * K);
+    x.kn = take(rows * p.heads * K);
+    x.G = take(rows * HV * K);
+    x.beta = take(rows * HV);
+    x.w = take(rows * HV * K);
+    x.kg = take(rows * HV * K);
+    x.u = take(rows * HV * V);
+    x.v_new = take(rows * HV * V);
+    x.h = take(slots * HV * K * V);
+    if (backward) {
+        x.Tf = take(rows * HV * p.chunk);
+        x.Wf = take(rows * HV * K);
+    }
+    return x;
+}
+
+int64_t kda_chunk_fwd_workspace_floats(const DeltaChunkProblem& p) {
+    int64_t floats = 0;
+    kda_chunk_saved(p, nullptr, floats, false);
+    return floats;
+}
+
+void kda_chunk_fwd(const DeltaChunkProblem& p, const KdaChunkSaved& x, cudaStream_t stream) {
+    if (p.gate != DeltaGate::per_key)
+        throw std::invalid_argument("the kda chunk forward takes a per-key gate only");
+    if (p.dk < 1 || p.dk > kMaxKdaChunkKeys || p.chunk < 1 || p.chunk > kMaxDeltaChunk)
+        throw std::invalid_argument("the kda chunk forward takes keys up to " +
+                                    std::to_string(kMaxKdaChunkKeys) + " and chunks up to " +
+                                    std::to_string(kMaxDeltaChunk) + ", got " +
+                                    std::to_string(p.dk) + " and " + std::to_string(p.chunk));
+    if (p.seqs.n == 0 || p.value_heads == 0 || p.dv == 0) return;
+    const int64_t slots = chunk_slots(p.seqs, p.chunk);
+    const unsigned HV = unsigned(p.value_heads);
+    if (slots > 0)
+        launch(chunk_prep, dim3(unsigned(slots), HV), prep_floats(p.dk, p.chunk), stream, p, x);
+    launch(chunk_state, dim3(unsigned(p.seqs.n) * HV, unsigned((p.dv + kTile - 1) / kTile)),
+           state_floats(p.dk, p.chunk), stream, p, x);
+    if (slots > 0 && p.o.data != nullptr)
+        launch(chunk_out, dim3(unsigned(slots), HV), out_floats(p.dk, p.chunk), stream, p, x);
+    LAV_CUDA_CHECK(cudaGetLastError(), "kda_chunk_fwd");
+}
+
+void kda_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream) {
+    int64_t floats = 0;
+    kda_chunk_fwd(p, kda_chunk_saved(p, workspace, floats, false), stream);
+}
+
+}  // namespace lav::cuda

@@ -1,0 +1,588 @@
+// kernels/common/cuda/kda_chunk_bwd.cu — kda's chunk (WY / UT) backward on CUDA, in fp32 FMA
+// arithmetic (no tensor cores yet).
+//
+// kda's CPU chunk backward (kda/kda_cpu.cpp chunk_backward, derived in kda/README.md) in five
+// passes, each value rounded where that contract rounds it:
+//  1. the chunk forward again (kda_chunk.cu), keeping what the later passes read: q̂, k̂, G, β,
+//     w, kg, v_new and the stored chunk states h, and for the gradients the fp32 inverse
+//     Tf = (I + A)⁻¹ and W = Tf (β k̂ e^G);
+//  2. a block per (chunk, value head) makes A_qk = scale Σ_d q̂_id k̂_jd E_ijd in fp32, with
+//     E_ijd = exp(G_id − G_jd) per key; then a block per (sequence, value head, 32 value columns)
+//     walks the chunks backwards carrying dS in fp32: it keeps each chunk's dH = round(dS) and
+//     dv_new = (k̂ e^{G_last − G}) dH + A_qkᵀ dO, then
+//     dS ← diag(e^{G_last}) dS + scale (q̂ e^G)ᵀ dO − Wᵀ dv_new;
+//  3. a block per (chunk, value head) adds the sums over the value columns: dW = −dv_new hᵀ,
+//     dO hᵀ, d_kg = v_new dHᵀ, dA_qk = dO v_newᵀ, dv_new (β v)ᵀ and Σ h ⊙ dH per key, and writes
+//     dv = β Tfᵀ dv_new;
+//  4. a block per (chunk, value head) goes back through W = Tf kb, Tf = (I + A)⁻¹, A and A_qk,
+//     whose factors E it takes per key inside the sums: dq̂, dk̂ per value head, dβ and ∂L/∂G;
+//     then the reverse running sum of ∂L/∂G within the chunk and the gate's backward, with the
+//     in-kernel gate's dA_log and ddt_bias terms per row for the glue to sum;
+//  5. a warp per (row, key head) adds dq̂ and dk̂ over the key head's value heads in order and
+//     takes them back through the l2norm with the fp32 unit vectors.
+// No atomics: every sum has one order, so two runs give the same bits.
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/cuda_tensor.cuh"
+#include "common/cuda/delta_activations.cuh"
+#include "common/cuda/kda_chunk_cuda.h"
+
+namespace lav::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 32;  // value columns per block of the dS pass
+constexpr int kCols = 16;  // value columns per step of the chunk-parallel sums
+// the column tiles' rows are padded as padded_keys() pads key rows: a stride of 16 floats puts
+// the lanes of a warp on two banks
+constexpr int kColRow = kCols + 1;
+
+/// The scratch: the forward's kept values, then the backward's, in fp32 elements.
+struct Scratch {
+    KdaChunkSaved f;
+    float* P;       // [slots, HV, C, C] A_qk in fp32, then dA_qk = dO v_newᵀ
+    float* dH;      // [slots, HV, K, V] round(dS) entering each chunk's reverse step
+    float* dvn;     // [rows, HV, V] dv_new
+    float* dw;      // [rows, HV, K] dW = −dv_new hᵀ, then dkb = Tfᵀ dW, then dk̂
+    float* dq;      // [rows, HV, K] Σ dO hᵀ, then dq̂
+    float* dkg;     // [rows, HV, K] d_kg = Σ v_new dHᵀ
+    float* dT;      // [slots, HV, C, C] Σ dv_new vbᵀ
+    float* dbv;     // [rows, HV] Σ dvb ⊙ v, dβ's value term
+    float* hdH;     // [slots, HV, K] Σ h ⊙ dH per key
+    float* dA_log;  // [rows, HV] the in-kernel gate's terms
+    float* ddt;     // [rows, HV, K]
+};
+
+/// The scratch at `base` (nullptr: only its size, in `floats`).
+Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
+    const int64_t rows = packed_rows(p.seqs), slots = chunk_slots(p.seqs, p.chunk);
+    const int64_t HV = p.value_heads, K = p.dk, V = p.dv, C = p.chunk;
+    const auto take = [&](int64_t n) {
+        float* at = base != nullptr ? base + floats : nullptr;
+        floats += n;
+        return at;
+    };
+    Scratch x;
+    x.f = kda_chunk_saved(p, base, floats, true);
+    x.P = take(slots * HV * C * C);
+    x.dH = take(slots * HV * K * V);
+    x.dvn = x.f.u;  // the forward is done with u when dv_new is formed
+    x.dw = take(rows * HV * K);
+    x.dq = take(rows * HV * K);
+    x.dkg = take(rows * HV * K);
+    x.dT = take(slots * HV * C * C);
+    x.dbv = take(rows * HV);
+    x.hdH = take(slots * HV * K);
+    x.dA_log = take(rows * HV);  // last, as kda_chunk_terms() finds them
+    x.ddt = take(rows * HV * K);
+    return x;
+}
+
+/// Pass 2a, a block per (chunk slot, value head): A_qk = scale Σ_d (q̂_id k̂_jd) exp(G_id − G_jd)
+/// for j ≤ i in fp32, into P (pass 3 writes dA_qk there once pass 2b has read A_qk).
+__global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, DeltaGrads, Scratch x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads;
+    const int64_t slot = blockIdx.x;
+    const int hv = blockIdx.y, h = hv / (HV / p.heads);
+    const Chunk ck = chunk_at(p.seqs, C, slot);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x;
+    const int64_t r0 = row(p.seqs, ck.s, ck.c0);
+    float* q = sm;          // [C, KP] q̂
+    float* k = q + C * KP;  // [C, KP] k̂
+    float* G = k + C * KP;  // [C, KP]
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int64_t i = e / K, dd = e % K;
+        q[i * KP + dd] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
+        k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+        G[i * KP + dd] = x.f.G[((r0 + i) * HV + hv) * K + dd];
+    }
+    __syncthreads();
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        if (j <= i) {
+            for (int dd = 0; dd < K; ++dd)
+                a += q[i * KP + dd] * k[j * KP + dd] * expf(G[i * KP + dd] - G[j * KP + dd]);
+            a *= p.scale;
+        }
+        x.P[((slot * HV + hv) * C + i) * C + j] = a;
+    }
+}
+
+/// Pass 2b, a block per (sequence, value head, kTile value columns). One key tile at a time
+/// (k̂ e^{G_last − G} for dv_new, then q̂ e^G and W for dS).
+__global__ void __launch_bounds__(kThreads)
+    state_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int n = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / p.heads);
+    const int col0 = blockIdx.y * kTile;
+    const Span s = span(p.seqs, n);
+    const int tid = threadIdx.x;
+    float* X = sm;                 // [C, KP] kg, then q̂ e^G, then W
+    float* P = X + C * KP;         // [C, C] A_qk
+    float* dO = P + C * C;         // [C, kTile]
+    float* dvn = dO + C * kTile;   // [C, kTile]
+    float* dS = dvn + C * kTile;   // [K, kTile] the carried fp32 dS
+    float* dH = dS + K * kTile;    // [K, kTile] dS as stored, then the dO term of the new dS
+    float* last = dH + K * kTile;  // [K] exp(G_last)
+    const int64_t state = (int64_t(n) * HV + hv) * K * V, gs = int64_t(HV) * K;
+    for (int e = tid; e < K * kTile; e += kThreads) {
+        const int dd = e / kTile, c = col0 + e % kTile;
+        dS[e] = d.dht != nullptr && c < V ? load(d.dht, p.state, state + int64_t(dd) * V + c) : 0.f;
+    }
+    const int64_t first = first_slot(p.seqs, C, n, s);
+    for (int64_t ch = (s.len + C - 1) / C; ch-- > 0;) {
+        const int64_t t0 = ch * C;
+        const int L = int(s.len - t0 < C ? s.len - t0 : C);
+        const int64_t r0 = row(p.seqs, s, t0), slot = (first + ch) * HV + hv;
+        const float* G = x.f.G + (r0 * HV + hv) * K;  // row i at G[i * gs]
+        __syncthreads();                              // the later chunk is done with every tile
+        // kg in fp32 (the backward's), k̂ exp(G_last − G)
+        for (int e = tid; e < L * K; e += kThreads) {
+            const int64_t i = e / K, dd = e % K;
+            X[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd] *
+                             expf(G[(L - 1) * gs + dd] - G[i * gs + dd]);
+        }
+        for (int dd = tid; dd < K; dd += kThreads) last[dd] = expf(G[(L - 1) * gs + dd]);
+        for (int e = tid; e < L * L; e += kThreads) {
+            const int i = e / L, j = e % L;
+            P[i * C + j] = x.P[(slot * C + i) * C + j];
+        }
+        for (int e = tid; e < L * kTile; e += kThreads) {
+            const int i = e / kTile, c = col0 + e % kTile;
+            dO[e] = c < V ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, s, t0 + i, hv) + c) : 0.f;
+        }
+        // the stored copy of dS, which this chunk's passes read
+        for (int e = tid; e < K * kTile; e += kThreads) {
+            const int dd = e / kTile, c = col0 + e % kTile;
+            dH[e] = rounded(dS[e], p.state);
+            if (c < V) x.dH[(slot * K + dd) * V + c] = dH[e];
+        }
+        __syncthreads();
+        // dv_new = kg dH + A_qkᵀ dO
+        for (int e = tid; e < L * kTile; e += kThreads) {
+            const int i = e / kTile, c = e % kTile;
+            float a = 0.f;
+            for (int dd = 0; dd < K; ++dd) a += X[i * KP + dd] * dH[dd * kTile + c];
+            float b = 0.f;
+            for (int j = i; j < L; ++j) b += P[j * C + i] * dO[j * kTile + c];
+            dvn[e] = a + b;
+            if (col0 + c < V) x.dvn[((r0 + i) * HV + hv) * V + col0 + c] = dvn[e];
+        }
+        __syncthreads();
+        // dS ← exp(G_last) ⊙ dS + scale (q̂ ⊙ exp(G))ᵀ dO − Wᵀ dv_new: the middle term into dH's
+        // place, which dv_new has read
+        for (int e = tid; e < L * K; e += kThreads) {
+            const int64_t i = e / K, dd = e % K;
+            X[i * KP + dd] = x.f.qn[((r0 + i) * p.heads + h) * K + dd] * expf(G[i * gs + dd]);
+        }
+        __syncthreads();
+        for (int e = tid; e < K * kTile; e += kThreads) {
+            const int dd = e / kTile, c = e % kTile;
+            float a = 0.f;
+            for (int i = 0; i < L; ++i) a += X[i * KP + dd] * dO[i * kTile + c];
+            dH[e] = a;
+        }
+        __syncthreads();
+        for (int e = tid; e < L * K; e += kThreads) {
+            const int64_t i = e / K, dd = e % K;
+            X[i * KP + dd] = x.f.Wf[((r0 + i) * HV + hv) * K + dd];
+        }
+        __syncthreads();
+        for (int e = tid; e < K * kTile; e += kThreads) {
+            const int dd = e / kTile, c = e % kTile;
+            float b = 0.f;
+            for (int i = 0; i < L; ++i) b += X[i * KP + dd] * dvn[i * kTile + c];
+            dS[e] = dS[e] * last[dd] + dH[e] * p.scale - b;
+        }
+    }
+    __syncthreads();
+    if (d.dh0 == nullptr) return;
+    for (int e = tid; e < K * kTile; e += kThreads) {
+        const int dd = e / kTile, c = col0 + e % kTile;
+        if (c < V) store(d.dh0, p.state, state + int64_t(dd) * V + c, dS[e]);
+    }
+}
+
+/// Pass 3, a block per (chunk slot, value head): the sums over the value columns, kCols at a
+/// time, each thread adding to the elements it owns.
+__global__ void __launch_bounds__(kThreads)
+    values_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int64_t slot = blockIdx.x;
+    const int hv = blockIdx.y;
+    const Chunk ck = chunk_at(p.seqs, C, slot);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x;
+    const int64_t r0 = row(p.seqs, ck.s, ck.c0), state = (slot * HV + hv) * K * V;
+    float* Ti = sm;                 // [C, C] the fp32 inverse
+    float* h = Ti + C * C;          // [K, kColRow] the stored state
+    float* dH = h + K * kColRow;    // [K, kColRow]
+    float* dO = dH + K * kColRow;   // [C, kColRow]
+    float* vn = dO + C * kColRow;   // [C, kColRow] v_new
+    float* dvn = vn + C * kColRow;  // [C, kColRow] dv_new
+    float* vb = dvn + C * kColRow;  // [C, kColRow] β v in fp32
+    float* dw = vb + C * kColRow;   // [C, K] Σ dv_new hᵀ
+    float* dqh = dw + C * K;        // [C, K] Σ dO hᵀ
+    float* dkh = dqh + C * K;       // [C, K] Σ v_new dHᵀ
+    float* dov = dkh + C * K;       // [C, C] Σ dO v_newᵀ
+    float* dTv = dov + C * C;       // [C, C] Σ dv_new vbᵀ
+    float* beta = dTv + C * C;      // [C]
+    float* dbv = beta + C;          // [C] Σ dvb ⊙ v
+    float* hd = dbv + C;            // [K] Σ h ⊙ dH
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        Ti[i * C + j] = x.f.Tf[((r0 + i) * HV + hv) * C + j];
+        dov[e] = dTv[e] = 0.f;
+    }
+    for (int i = tid; i < L; i += kThreads) {
+        beta[i] = x.f.beta[(r0 + i) * HV + hv];
+        dbv[i] = 0.f;
+    }
+    for (int e = tid; e < L * K; e += kThreads) dw[e] = dqh[e] = dkh[e] = 0.f;
+    for (int dd = tid; dd < K; dd += kThreads) hd[dd] = 0.f;
+    for (int c0 = 0; c0 < V; c0 += kCols) {
+        __syncthreads();  // the previous columns are done with every tile
+        const int nc = V - c0 < kCols ? V - c0 : kCols;
+        for (int e = tid; e < K * kCols; e += kThreads) {
+            const int dd = e / kCols, c = e % kCols;
+            const bool ok = c < nc;
+            const int64_t o = state + int64_t(dd) * V + c0 + c;
+            h[dd * kColRow + c] = ok ? x.f.h[o] : 0.f;
+            dH[dd * kColRow + c] = ok ? x.dH[o] : 0.f;
+        }
+        for (int e = tid; e < L * kCols; e += kThreads) {
+            const int i = e / kCols, c = e % kCols;
+            const bool ok = c < nc;
+            const int64_t vo = ((r0 + i) * HV + hv) * V + c0 + c;
+            dO[i * kColRow + c] =
+                ok ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0 + i, hv) + c0 + c) : 0.f;
+            vn[i * kColRow + c] = ok ? x.f.v_new[vo] : 0.f;
+            dvn[i * kColRow + c] = ok ? x.dvn[vo] : 0.f;
+            vb[i * kColRow + c] =
+                ok ? beta[i] * load(p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0 + i, hv) + c0 + c)
+                   : 0.f;
+        }
+        __syncthreads();
+        for (int dd = tid; dd < K; dd += kThreads) {
+            float a = 0.f;
+            for (int cc = 0; cc < kCols; ++cc) a += h[dd * kColRow + cc] * dH[dd * kColRow + cc];
+            hd[dd] += a;
+        }
+        for (int e = tid; e < L * K; e += kThreads) {
+            const int i = e / K, dd = e % K;
+            float a = 0.f, b = 0.f, c = 0.f;
+            for (int cc = 0; cc < kCols; ++cc) {
+                a += dvn[i * kColRow + cc] * h[dd * kColRow + cc];
+                b += dO[i * kColRow + cc] * h[dd * kColRow + cc];
+                c += vn[i * kColRow + cc] * dH[dd * kColRow + cc];
+            }
+            dw[e] += a;
+            dqh[e] += b;
+            dkh[e] += c;
+        }
+        for (int e = tid; e < L * L; e += kThreads) {
+            const int i = e / L, j = e % L;
+            float a = 0.f, b = 0.f;
+            for (int cc = 0; cc < kCols; ++cc) {
+                a += dO[i * kColRow + cc] * vn[j * kColRow + cc];
+                b += dvn[i * kColRow + cc] * vb[j * kColRow + cc];
+            }
+            dov[e] += a;
+            dTv[e] += b;
+        }
+        // dvb = Tfᵀ dv_new; dv = dvb β; dβ's term Σ dvb ⊙ v over the 16 lanes of a row
+        for (int base = 0; base < L * kCols; base += kThreads) {
+            const int e = base + tid, i = e / kCols, c = e % kCols;
+            float term = 0.f;
+            if (e < L * kCols && c < nc) {
+                float dvb = 0.f;
+                for (int m = i; m < L; ++m) dvb += Ti[m * C + i] * dvn[m * kColRow + c];
+                const int64_t vo = at(p.v, ck.s, ck.c0 + i, hv) + c0 + c;
+                store(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c, dvb * beta[i]);
+                term = dvb * load(p.v.data, p.v.dtype, vo);
+            }
+            for (int o = kCols / 2; o > 0; o /= 2) term += __shfl_xor_sync(0xffffffffu, term, o);
+            if (e < L * kCols && c == 0) dbv[i] += term;
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int64_t i = e / K, dd = e % K, o = ((r0 + i) * HV + hv) * K + dd;
+        x.dw[o] = -dw[e];
+        x.dq[o] = dqh[e];
+        x.dkg[o] = dkh[e];
+    }
+    for (int dd = tid; dd < K; dd += kThreads) x.hdH[(slot * HV + hv) * K + dd] = hd[dd];
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        const int64_t o = ((slot * HV + hv) * C + i) * C + j;
+        x.P[o] = dov[e];
+        x.dT[o] = dTv[e];
+    }
+    for (int i = tid; i < L; i += kThreads) x.dbv[(r0 + i) * HV + hv] = dbv[i];
+}
+
+/// Pass 4, a block per (chunk slot, value head): through W = Tf kb, Tf = (I + A)⁻¹, A and A_qk,
+/// then G's cumsum and the gate.
+__global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
+    extern __shared__ float sm[];
+    const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads;
+    const int64_t slot = blockIdx.x;
+    const int hv = blockIdx.y, h = hv / (HV / p.heads);
+    const Chunk ck = chunk_at(p.seqs, C, slot);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int64_t r0 = row(p.seqs, ck.s, ck.c0), cc = (slot * HV + hv) * C * C;
+    float* k = sm;              // [C, KP] k̂
+    float* G = k + C * KP;      // [C, KP]
+    float* Y = G + C * KP;      // [C, KP] dW, then q̂
+    float* Z = Y + C * KP;      // [C, KP] kb = β k̂ e^G, then ∂L/∂G
+    float* Ti = Z + C * KP;     // [C, C] the fp32 inverse
+    float* dT = Ti + C * C;     // [C, C] dT, then dA
+    float* X = dT + C * C;      // [C, C] Tfᵀ dT
+    float* dov = X + C * C;     // [C, C] scale dA_qk
+    float* beta = dov + C * C;  // [C]
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int64_t i = e / K, dd = e % K, o = ((r0 + i) * HV + hv) * K + dd;
+        k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+        G[i * KP + dd] = x.f.G[o];
+        Y[i * KP + dd] = x.dw[o];
+    }
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        Ti[i * C + j] = x.f.Tf[((r0 + i) * HV + hv) * C + j];
+        dT[i * C + j] = x.dT[cc + i * C + j];
+        dov[i * C + j] = p.scale * x.P[cc + i * C + j];
+    }
+    for (int i = tid; i < L; i += kThreads) beta[i] = x.f.beta[(r0 + i) * HV + hv];
+    __syncthreads();
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int j = e / K, dd = e % K;
+        Z[j * KP + dd] = beta[j] * (k[j * KP + dd] * expf(G[j * KP + dd]));
+    }
+    __syncthreads();
+    // dT = dv_new vbᵀ + dW kbᵀ
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        for (int dd = 0; dd < K; ++dd) a += Y[i * KP + dd] * Z[j * KP + dd];
+        dT[i * C + j] += a;
+    }
+    __syncthreads();
+    // X = Tfᵀ dT and dkb = Tfᵀ dW (Tf is lower triangular), dkb in dW's place in the scratch
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        for (int m = i; m < L; ++m) a += Ti[m * C + i] * dT[m * C + j];
+        X[i * C + j] = a;
+    }
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int i = e / K, dd = e % K;
+        float a = 0.f;
+        for (int m = i; m < L; ++m) a += Ti[m * C + i] * Y[m * KP + dd];
+        x.dw[((r0 + i) * HV + hv) * K + dd] = a;
+    }
+    __syncthreads();
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int64_t i = e / K, dd = e % K;
+        Y[i * KP + dd] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
+    }
+    // dA = −X Tfᵀ, read below the diagonal only (A lives there)
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        if (j < i)
+            for (int m = 0; m <= j; ++m) a += X[i * C + m] * Ti[j * C + m];
+        dT[i * C + j] = -a;
+    }
+    __syncthreads();
+    const float* q = Y;
+    const float* dA = dT;
+    // a warp per row, a lane per key: with X_ij = β_i dA_ij (j < i) and Y_ij = scale dA_qk[i, j]
+    // (j ≤ i), each pair passes E_ij ⊙ k̂_j to row i and E_ij ⊙ k̂_i (or q̂_i) to column j; the
+    // lane takes its row's pairs (j ≤ i) and its column's (m ≥ i), forming each E once per use
+    for (int i = warp; i < L; i += kWarps) {
+        float sb = 0.f;  // Σ_d dkb ⊙ k̂ e^G + k̂ ⊙ Σ_j dA_ij E_ij k̂_j: dβ's key terms
+        for (int dd = lane; dd < K; dd += 32) {
+            const int64_t o = ((r0 + i) * HV + hv) * K + dd;
+            const float Gi = G[i * KP + dd], ki = k[i * KP + dd], qi = q[i * KP + dd];
+            float rowA = 0.f, qrow = 0.f, col = 0.f, qcol = 0.f;
+            for (int j = 0; j <= i; ++j) {
+                const float e = j == i ? 1.f : expf(Gi - G[j * KP + dd]);
+                const float kj = k[j * KP + dd];
+                if (j < i) rowA += dA[i * C + j] * e * kj;
+                qrow += dov[i * C + j] * e * kj;
+            }
+            for (int m = i; m < L; ++m) {
+                const float e = m == i ? 1.f : expf(G[m * KP + dd] - Gi);
+                if (m > i) col += beta[m] * dA[m * C + i] * e * k[m * KP + dd];
+                qcol += dov[m * C + i] * e * q[m * KP + dd];
+            }
+            const float decay = expf(Gi), to_end = expf(G[(L - 1) * KP + dd] - Gi);
+            const float dkb = x.dw[o];
+            const float dq = x.dq[o] * decay * p.scale + qrow;
+            const float dk_kd = dkb * beta[i] * decay;
+            const float dk_kg = x.dkg[o] * to_end;
+            const float dk_row = beta[i] * rowA;
+            x.dq[o] = dq;
+            x.dw[o] = dk_kd + dk_kg + dk_row + col + qcol;
+            Z[i * KP + dd] = qi * dq + ki * (dk_kd + dk_row - col - qcol - dk_kg);
+            sb += dkb * (ki * decay) + ki * rowA;
+        }
+        sb = warp_sum(sb);
+        if (lane == 0) {
+            const int64_t t = ck.c0 + i;
+            const float raw = load(p.beta.data, p.beta.dtype, at(p.beta, ck.s, t, hv));
+            store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, ck.s, t, hv),
+                  beta_backward(p, raw, x.dbv[(r0 + i) * HV + hv] + sb));
+        }
+    }
+    __syncthreads();
+    // G_last's share (exp(G_last) Σ h ⊙ dH + Σ_j kg_j ⊙ d_kg_j), then the reverse running sum
+    // G's cumsum takes back, a thread per key
+    for (int dd = tid; dd < K; dd += kThreads) {
+        const float G_last = G[(L - 1) * KP + dd];
+        float carry = 0.f;
+        for (int j = 0; j < L; ++j)
+            carry += k[j * KP + dd] * expf(G_last - G[j * KP + dd]) *
+                     x.dkg[((r0 + j) * HV + hv) * K + dd];
+        Z[(L - 1) * KP + dd] += expf(G_last) * x.hdH[(slot * HV + hv) * K + dd] + carry;
+        float acc = 0.f;
+        for (int i = L; i-- > 0;) Z[i * KP + dd] = acc += Z[i * KP + dd];
+    }
+    __syncthreads();
+    // back through the gate, a warp per row
+    const float rate = p.gate_in_kernel ? expf(p.A_log[hv]) : 0.f;
+    for (int i = warp; i < L; i += kWarps) {
+        const int64_t t = ck.c0 + i, item = (r0 + i) * HV + hv;
+        const int64_t go = at(p.g, ck.s, t, hv), dgo = at(d.dg, ck.s, t, hv);
+        float dA_log = 0.f;
+        for (int dd = lane; dd < K; dd += 32) {
+            const float dg = Z[i * KP + dd];
+            if (!p.gate_in_kernel) {
+                store(d.dg.data, d.dg.dtype, dgo + dd, dg);
+                continue;
+            }
+            const float bias = p.dt_bias != nullptr ? p.dt_bias[int64_t(hv) * K + dd] : 0.f;
+            const GateGrads gg =
+                gate_backward(p, rate, load(p.g.data, p.g.dtype, go + dd) + bias, dg);
+            store(d.dg.data, d.dg.dtype, dgo + dd, gg.d_arg);
+            x.ddt[item * K + dd] = gg.d_arg;
+            dA_log += gg.d_A_log;
+        }
+        if (!p.gate_in_kernel) continue;
+        dA_log = warp_sum(dA_log);
+        if (lane == 0) x.dA_log[item] = dA_log;
+    }
+}
+
+/// Pass 5, a warp per (row, key head): dq̂ and dk̂ summed over the key head's value heads in
+/// order, then dx = (dx̂ − (dx̂·y) y) rstd with the fp32 unit vector y = x rstd, rounded once.
+__global__ void __launch_bounds__(kThreads)
+    finish_keys(DeltaChunkProblem p, DeltaGrads d, Scratch x, int64_t rows) {
+    const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+    if (item >= rows * p.heads) return;
+    const int lane = threadIdx.x % 32, K = p.dk, group = p.value_heads / p.heads;
+    const int64_t r = item / p.heads;
+    const int h = int(item % p.heads);
+    const Span s = {r / p.seqs.t, 0, p.seqs.t};
+    const int64_t t = r % p.seqs.t;
+    const auto finish = [&](const Strided& raw, const Strided& out, const float* grad) {
+        const int64_t io = at(raw, s, t, h), oo = at(out, s, t, h);
+        const auto dy = [&](int key) {
+            float sum = 0.f;
+            for (int j = 0; j < group; ++j)
+                sum += grad[(r * p.value_heads + h * group + j) * K + key];
+            return sum;
+        };
+        if (!p.l2norm) {
+            for (int key = lane; key < K; key += 32) store(out.data, out.dtype, oo + key, dy(key));
+            return;
+        }
+        float ss = 0.f;
+        for (int key = lane; key < K; key += 32) {
+            const float xk = load(raw.data, raw.dtype, io + key);
+            ss += xk * xk;
+        }
+        const float rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
+        float dot = 0.f;
+        for (int key = lane; key < K; key += 32)
+            dot += dy(key) * (load(raw.data, raw.dtype, io + key) * rstd);
+        dot = warp_sum(dot);
+        for (int key = lane; key < K; key += 32) {
+            const float y = load(raw.data, raw.dtype, io + key) * rstd;
+            store(out.data, out.dtype, oo + key, (dy(key) - dot * y) * rstd);
+        }
+    };
+    finish(p.q, d.dq, x.dq);
+    finish(p.k, d.dk, x.dw);
+}
+
+/// Sets the dynamic shared memory a kernel may take, and launches it.
+template <typename Kernel>
+void launch(Kernel kernel, dim3 grid, int64_t floats, cudaStream_t stream,
+            const DeltaChunkProblem& p, const DeltaGrads& d, const Scratch& x) {
+    const int bytes = int(floats * sizeof(float));
+    LAV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                   "kda_chunk_bwd");
+    kernel<<<grid, kThreads, bytes, stream>>>(p, d, x);
+}
+
+}  // namespace
+
+int64_t kda_chunk_workspace_floats(const DeltaChunkProblem& p) {
+    int64_t floats = 0;
+    scratch_of(p, nullptr, floats);
+    return floats;
+}
+
+DeltaGateTerms kda_chunk_terms(const DeltaChunkProblem& p) {
+    // the scratch ends with the [rows, HV] terms of dA_log and the [rows, HV, K] of ddt_bias
+    DeltaGateTerms t;
+    t.rows = packed_rows(p.seqs);
+    t.width = p.dk;
+    t.ddt_bias = kda_chunk_workspace_floats(p) - t.rows * p.value_heads * p.dk;
+    t.dA_log = t.ddt_bias - t.rows * p.value_heads;
+    return t;
+}
+
+void kda_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t stream) {
+    if (p.seqs.n == 0 || p.value_heads == 0 || p.dv == 0) return;
+    int64_t floats = 0;
+    const Scratch x = scratch_of(p, d.workspace, floats);
+    DeltaChunkProblem f = p;  // pass 1: the forward, keeping what the backward reads
+    f.o.data = nullptr;
+    f.ht = nullptr;
+    f.h = nullptr;
+    kda_chunk_fwd(f, x.f, stream);
+    const int64_t K = p.dk, C = p.chunk, HV = p.value_heads;
+    const int64_t slots = chunk_slots(p.seqs, p.chunk), rows = packed_rows(p.seqs);
+    const int64_t KP = padded_keys(p.dk);
+    // at K = 128, C = 64: 97 KB, 97 KB, 179 KB and 193 KB
+    if (slots > 0)
+        launch(scores_bwd, dim3(unsigned(slots), unsigned(HV)), 3 * C * KP, stream, p, d, x);
+    launch(state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
+           C * KP + C * C + 2 * C * kTile + 2 * K * kTile + K, stream, p, d, x);
+    if (slots > 0) {
+        launch(values_bwd, dim3(unsigned(slots), unsigned(HV)),
+               3 * C * C + 2 * K * kColRow + 4 * C * kColRow + 3 * C * K + 2 * C + K, stream, p, d,
+               x);
+        launch(keys_bwd, dim3(unsigned(slots), unsigned(HV)), 4 * C * KP + 4 * C * C + C, stream, p,
+               d, x);
+    }
+    if (rows > 0)
+        finish_keys<<<unsigned((rows * p.heads + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+            p, d, x, rows);
+    LAV_CUDA_CHECK(cudaGetLastError(), "kda_chunk_bwd");
+}
+
+}  // namespace lav::cuda

@@ -1,0 +1,59 @@
+// kernels/common/cuda/kda_chunk_cuda.h — CUDA launchers of kda's chunk (WY) forward and backward:
+// the delta rule chunk form with a log decay per key (DeltaGate::per_key).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "common/cuda/delta_chunk_cuda.h"
+
+namespace lav::cuda {
+
+/// Largest key width the kda chunk kernels take (chunks up to kMaxDeltaChunk): their tiles live
+/// in shared memory, and the backward's key pass, the largest, takes 193 KB at K = 128 and
+/// C = 64 of the 227 KB a Hopper block may have.
+constexpr int kMaxKdaChunkKeys = 128;
+
+/// What the forward's passes hand each other in its workspace, and the backward reads, in fp32
+/// (each value as the contract stores it): rows as row() numbers them, chunks by chunk_slots().
+struct KdaChunkSaved {
+    float *qn = nullptr, *kn = nullptr;  ///< [rows, H, K] q̂, k̂
+    float* G = nullptr;                  ///< [rows, HV, K] the chunk-local cumsum of the log decay
+    float* beta = nullptr;               ///< [rows, HV] β as used
+    float* w = nullptr;                  ///< [rows, HV, K] round(Ti round(β k̂ e^G))
+    float* kg = nullptr;                 ///< [rows, HV, K] round(k̂ e^{G_last − G})
+    float* u = nullptr;                  ///< [rows, HV, V]
+    float* v_new = nullptr;              ///< [rows, HV, V]
+    float* h = nullptr;                  ///< [slots, HV, K, V] the state entering each chunk
+    /// the backward's only (nullptr in the forward): the rows of the fp32 inverse (I + A)⁻¹ and
+    /// the fp32 W = (I + A)⁻¹ (β k̂ e^G), which the gradients read unrounded
+    float* Tf = nullptr;  ///< [rows, HV, chunk]
+    float* Wf = nullptr;  ///< [rows, HV, K]
+};
+
+/// The forward's workspace at `base` (nullptr: only its size, in `floats` fp32 elements); with
+/// `backward` it also holds Tf and Wf.
+KdaChunkSaved kda_chunk_saved(const DeltaChunkProblem& p, float* base, int64_t& floats,
+                              bool backward);
+
+/// Scratch of the chunk forward in fp32 elements.
+int64_t kda_chunk_fwd_workspace_floats(const DeltaChunkProblem& p);
+
+/// The chunk forward: o (not written where o.data is nullptr), ht and (when asked) h, keeping
+/// kda's chunk forward contract (kda/kda_contract.cpp) item by item. `saved` is the layout of
+/// `workspace` (kda_chunk_saved()); on return it holds those values.
+void kda_chunk_fwd(const DeltaChunkProblem& p, const KdaChunkSaved& saved, cudaStream_t stream);
+
+/// The same, laying the workspace out itself (kda_chunk_fwd_workspace_floats() elements).
+void kda_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream);
+
+/// Scratch of the chunk backward in fp32 elements.
+int64_t kda_chunk_workspace_floats(const DeltaChunkProblem& p);
+
+/// Where the chunk backward leaves the in-kernel gate's per-row terms (width K).
+DeltaGateTerms kda_chunk_terms(const DeltaChunkProblem& p);
+
+/// The chunk backward (kda's chunk backward contract): recomputes the forward, walks the chunks
+/// backwards carrying dS, then takes every chunk's gradients side by side.
+void kda_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t stream);
+
+}  // namespace lav::cuda
