@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
     // q̂ and k̂ rows, a warp per row: x · 1/√(Σ x² + eps) rounded to the input dtype
     for (int i = warp; i < L; i += kWarps) {
         const int64_t r = ((r0 + i) * p.heads + h) * K;
-        const auto normalised = [&](const Strided& src, float* tile, float* kept) {
+        const auto normalised = [&](const Strided& src, float* tile, void* kept) {
             const int64_t off = at(src, s, t0 + i, h);
             float rstd = 1.f;
             if (p.l2norm) {
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
                 const float xd = load(src.data, src.dtype, off + d);
                 const float y = p.l2norm ? rounded(xd * rstd, in) : xd;
                 if (tile != nullptr) tile[i * KP + d] = y;
-                if (keeps_keys) kept[r + d] = y;
+                if (keeps_keys) store(kept, in, r + d, y);
             }
         };
         normalised(p.k, k, x.kn);
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
         if (j <= i) Ti[i * C + j] = rounded(Ti[i * C + j], in);
-        x.Ti[((r0 + i) * HV + hv) * C + j] = j <= i ? Ti[i * C + j] : 0.f;
+        store(x.Ti, in, ((r0 + i) * HV + hv) * C + j, j <= i ? Ti[i * C + j] : 0.f);
     }
     __syncthreads();
     // w = Ti kb, u = Ti round(v β), each stored
@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
         const int i = e / K, d = e % K;
         float t = 0.f;
         for (int j = 0; j <= i; ++j) t += Ti[i * C + j] * k[j * KP + d];
-        x.w[((r0 + i) * HV + hv) * K + d] = rounded(t, in);
+        store(x.w, in, ((r0 + i) * HV + hv) * K + d, t);
     }
     for (int c0 = 0; c0 < V; c0 += kTile) {
         for (int e = tid; e < L * kTile; e += kThreads) {
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
             const int i = e / kTile, c = c0 + e % kTile;
             float t = 0.f;
             for (int j = 0; j <= i; ++j) t += Ti[i * C + j] * vb[j * kTile + e % kTile];
-            if (c < V) x.u[((r0 + i) * HV + hv) * V + c] = rounded(t, in);
+            if (c < V) store(x.u, in, ((r0 + i) * HV + hv) * V + c, t);
         }
         __syncthreads();
     }
@@ -190,12 +190,12 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Del
         __syncthreads();  // the previous chunk is done with every tile
         for (int e = tid; e < L * K; e += kThreads) {
             const int64_t i = e / K, d = e % K;
-            w[e] = x.w[((r0 + i) * HV + hv) * K + d];
-            k[e] = x.kn[((r0 + i) * p.heads + h) * K + d];
+            w[e] = load(x.w, in, ((r0 + i) * HV + hv) * K + d);
+            k[e] = load(x.kn, in, ((r0 + i) * p.heads + h) * K + d);
         }
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = col0 + e % kTile;
-            vn[e] = c < V ? x.u[((r0 + i) * HV + hv) * V + c] : 0.f;
+            vn[e] = c < V ? load(x.u, in, ((r0 + i) * HV + hv) * V + c) : 0.f;
         }
         for (int i = tid; i < L; i += kThreads) to_end[i] = expf(G_last - x.G[(r0 + i) * HV + hv]);
         // the state as stored (FLA's h) is what v_new and the output read
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Del
             const int d = e / kTile, c = col0 + e % kTile;
             hs[e] = rounded(S[e], p.state);
             if (c >= V) continue;
-            x.h[(((first + ch) * HV + hv) * K + d) * V + c] = hs[e];
+            store(x.h, p.state, (((first + ch) * HV + hv) * K + d) * V + c, hs[e]);
             if (p.h != nullptr)
                 store(p.h, p.state,
                       ((p.first_chunk[n] + ch) * HV + hv) * K * V + int64_t(d) * V + c, S[e]);
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Del
             float t = 0.f;
             for (int d = 0; d < K; ++d) t += w[i * K + d] * hs[d * kTile + c];
             const float v_new = rounded(vn[e] - t, in);
-            if (col0 + c < V) x.v_new[((r0 + i) * HV + hv) * V + col0 + c] = v_new;
+            if (col0 + c < V) store(x.v_new, in, ((r0 + i) * HV + hv) * V + col0 + c, v_new);
             vn[e] = rounded(v_new * to_end[i], in);
         }
         __syncthreads();
@@ -255,8 +255,8 @@ __global__ void __launch_bounds__(kThreads) chunk_out(DeltaChunkProblem p, Delta
     float* G = vn + C * kTile;   // [C]
     for (int e = tid; e < L * K; e += kThreads) {
         const int i = e / K, d = e % K;
-        q[i * KP + d] = x.qn[((r0 + i) * p.heads + h) * K + d];
-        k[i * KP + d] = x.kn[((r0 + i) * p.heads + h) * K + d];
+        q[i * KP + d] = load(x.qn, in, ((r0 + i) * p.heads + h) * K + d);
+        k[i * KP + d] = load(x.kn, in, ((r0 + i) * p.heads + h) * K + d);
     }
     for (int i = tid; i < L; i += kThreads) G[i] = x.G[(r0 + i) * HV + hv];
     __syncthreads();
@@ -275,11 +275,11 @@ __global__ void __launch_bounds__(kThreads) chunk_out(DeltaChunkProblem p, Delta
         __syncthreads();  // the scores are in, or the previous columns are done
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int d = e / kTile, c = c0 + e % kTile;
-            hs[e] = c < V ? x.h[state + int64_t(d) * V + c] : 0.f;
+            hs[e] = c < V ? load(x.h, p.state, state + int64_t(d) * V + c) : 0.f;
         }
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = c0 + e % kTile;
-            vn[e] = c < V ? x.v_new[((r0 + i) * HV + hv) * V + c] : 0.f;
+            vn[e] = c < V ? load(x.v_new, in, ((r0 + i) * HV + hv) * V + c) : 0.f;
         }
         __syncthreads();
         // o = ((q̂ h) e^G + scores v_new) scale
@@ -311,22 +311,25 @@ void launch(Kernel kernel, dim3 grid, int64_t floats, cudaStream_t stream,
 DeltaChunkSaved delta_chunk_saved(const DeltaChunkProblem& p, float* base, int64_t& floats) {
     const int64_t rows = packed_rows(p.seqs), slots = chunk_slots(p.seqs, p.chunk);
     const int64_t HV = p.value_heads, K = p.dk, V = p.dv;
-    floats = 0;
-    const auto take = [&](int64_t n) {
-        float* at = base != nullptr ? base + floats : nullptr;
-        floats += n;
+    // each region starts on 16 bytes; values stored in a 16-bit dtype take 2 bytes each
+    int64_t bytes = 0;
+    const auto take = [&](int64_t n, DType dtype) {
+        void* at = base != nullptr ? reinterpret_cast<char*>(base) + bytes : nullptr;
+        bytes += (n * (dtype == DType::f32 ? 4 : 2) + 15) / 16 * 16;
         return at;
     };
+    const DType in = p.q.dtype;
     DeltaChunkSaved x;
-    x.qn = take(rows * p.heads * K);
-    x.kn = take(rows * p.heads * K);
-    x.w = take(rows * HV * K);
-    x.Ti = take(rows * HV * p.chunk);
-    x.u = take(rows * HV * V);
-    x.v_new = take(rows * HV * V);
-    x.G = take(rows * HV);
-    x.beta = take(rows * HV);
-    x.h = take(slots * HV * K * V);
+    x.qn = take(rows * p.heads * K, in);
+    x.kn = take(rows * p.heads * K, in);
+    x.w = take(rows * HV * K, in);
+    x.Ti = take(rows * HV * p.chunk, in);
+    x.u = take(rows * HV * V, in);
+    x.v_new = take(rows * HV * V, in);
+    x.G = static_cast<float*>(take(rows * HV, DType::f32));
+    x.beta = static_cast<float*>(take(rows * HV, DType::f32));
+    x.h = take(slots * HV * K * V, p.state);
+    floats = bytes / 4;
     return x;
 }
 

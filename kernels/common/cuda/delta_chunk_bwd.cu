@@ -40,10 +40,10 @@ constexpr int kColRow = kCols + 1;
 // keys per round of the column sums: their [C, keys] accumulators are most of the block's tiles
 constexpr int kKeyPart = 128;
 
-/// The scratch: the forward's kept values, then the backward's, in fp32 elements.
+/// The scratch: the forward's kept values, then the backward's (fp32 unless marked).
 struct Scratch {
     DeltaChunkSaved f;
-    float* dH;        // [slots, HV, K, V] round(dS) entering each chunk's reverse step
+    void* dH;         // [slots, HV, K, V] round(dS) entering each chunk's reverse step, in `st`
     float* dvn;       // [rows, HV, V] dv_new
     float* dw;        // [rows, HV, K] dw, then dkb = Tiᵀ dw
     float *dq, *dk;   // [rows, HV, K] the state terms Σ dO hᵀ, Σ v_new dHᵀ; then dq̂, dk̂
@@ -64,8 +64,8 @@ Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
     };
     Scratch x;
     x.f = delta_chunk_saved(p, base, floats);
-    x.dH = take(slots * HV * K * V);
-    x.dvn = x.f.u;  // the forward is done with u when dv_new is formed
+    x.dH = take((slots * HV * K * V * (p.state == DType::f32 ? 2 : 1) + 7) / 8 * 4);
+    x.dvn = take(rows * HV * V);
     x.dw = take(rows * HV * K);
     x.dq = take(rows * HV * K);
     x.dk = take(rows * HV * K);
@@ -89,13 +89,14 @@ __global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, Delt
     if (ck.len == 0) return;
     const int L = ck.len, tid = threadIdx.x;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0);
+    const DType in = p.q.dtype;
     float* q = sm;          // [C, K] q̂
     float* k = q + C * K;   // [C, KP] k̂
     float* G = k + C * KP;  // [C]
     for (int e = tid; e < L * K; e += kThreads) {
         const int64_t i = e / K, dd = e % K;
-        q[e] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
-        k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+        q[e] = load(x.f.qn, in, ((r0 + i) * p.heads + h) * K + dd);
+        k[i * KP + dd] = load(x.f.kn, in, ((r0 + i) * p.heads + h) * K + dd);
     }
     for (int i = tid; i < L; i += kThreads) G[i] = x.f.G[(r0 + i) * HV + hv];
     __syncthreads();
@@ -134,10 +135,10 @@ __global__ void __launch_bounds__(kThreads)
         dS[e] = d.dht != nullptr && c < V ? load(d.dht, p.state, state + int64_t(dd) * V + c) : 0.f;
     }
     // a [C, K] tile of per-row values in the padded rows of X
-    const auto load_rows = [&](const float* src, int64_t r0, int L, int heads, int head) {
+    const auto load_rows = [&](const void* src, int64_t r0, int L, int heads, int head) {
         for (int e = tid; e < L * K; e += kThreads) {
             const int64_t i = e / K, dd = e % K;
-            X[i * KP + dd] = src[((r0 + i) * heads + head) * K + dd];
+            X[i * KP + dd] = load(src, p.q.dtype, ((r0 + i) * heads + head) * K + dd);
         }
     };
     const int64_t first = first_slot(p.seqs, C, n, s);
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int dd = e / kTile, c = col0 + e % kTile;
             dH[e] = rounded(dS[e], p.state);
-            if (c < V) x.dH[(slot * K + dd) * V + c] = dH[e];
+            if (c < V) store(x.dH, p.state, (slot * K + dd) * V + c, dH[e]);
         }
         __syncthreads();
         // dv_new = (k dH) ⊙ exp(G_last − G) + scale Pᵀ dO
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(kThreads)
     float* part = dbv + C;          // [kWarps]
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
-        Ti[i * C + j] = x.f.Ti[((r0 + i) * HV + hv) * C + j];
+        Ti[i * C + j] = load(x.f.Ti, in, ((r0 + i) * HV + hv) * C + j);
         dov[e] = dTv[e] = 0.f;
     }
     for (int i = tid; i < L; i += kThreads) {
@@ -260,8 +261,8 @@ __global__ void __launch_bounds__(kThreads)
                 const int dd = e / kCols, c = e % kCols;
                 const bool ok = c < nc;
                 const int64_t o = state + int64_t(k0 + dd) * V + c0 + c;
-                const float hs = ok ? x.f.h[o] : 0.f;
-                const float dHs = ok ? x.dH[o] : 0.f;
+                const float hs = ok ? load(x.f.h, p.state, o) : 0.f;
+                const float dHs = ok ? load(x.dH, p.state, o) : 0.f;
                 h[dd * kColRow + c] = hs;
                 dH[dd * kColRow + c] = dHs;
                 hd += hs * dHs;
@@ -273,7 +274,7 @@ __global__ void __launch_bounds__(kThreads)
                 dO[i * kColRow + c] =
                     ok ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0 + i, hv) + c0 + c)
                        : 0.f;
-                vn[i * kColRow + c] = ok ? x.f.v_new[vo] : 0.f;
+                vn[i * kColRow + c] = ok ? load(x.f.v_new, in, vo) : 0.f;
                 dvn[i * kColRow + c] = ok ? x.dvn[vo] : 0.f;
                 if (first)
                     vb[i * kColRow + c] = ok ? rounded(load(p.v.data, p.v.dtype,
@@ -373,12 +374,12 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     const float* dw = Y;
     for (int e = tid; e < L * K; e += kThreads) {
         const int64_t i = e / K, dd = e % K;
-        k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+        k[i * KP + dd] = load(x.f.kn, in, ((r0 + i) * p.heads + h) * K + dd);
         Y[e] = x.dw[((r0 + i) * HV + hv) * K + dd];
     }
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
-        Ti[i * C + j] = x.f.Ti[((r0 + i) * HV + hv) * C + j];
+        Ti[i * C + j] = load(x.f.Ti, in, ((r0 + i) * HV + hv) * C + j);
         dT[i * C + j] = x.dT[cc + i * C + j];
         dov[i * C + j] = x.dov[cc + i * C + j];
     }
@@ -414,7 +415,7 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     float* q = Y;  // [C, K] q̂, in dw's place
     for (int e = tid; e < L * K; e += kThreads) {
         const int64_t i = e / K, dd = e % K;
-        q[e] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
+        q[e] = load(x.f.qn, in, ((r0 + i) * p.heads + h) * K + dd);
     }
     // dA = −X Tiᵀ below the diagonal, and M = dA ⊙ exp(G_i − G_j) over dT
     for (int e = tid; e < L * L; e += kThreads) {
@@ -512,7 +513,7 @@ __global__ void __launch_bounds__(kThreads)
     const Span s = {r / p.seqs.t, 0, p.seqs.t};
     const int64_t t = r % p.seqs.t;
     const auto finish = [&](const Strided& raw, const Strided& out, const float* grad,
-                            const float* xhat) {
+                            const void* xhat) {
         const int64_t io = at(raw, s, t, h), oo = at(out, s, t, h);
         const auto dy = [&](int key) {
             float sum = 0.f;
@@ -520,18 +521,18 @@ __global__ void __launch_bounds__(kThreads)
                 sum += grad[(r * p.value_heads + h * group + j) * K + key];
             return sum;
         };
-        const float* xh = xhat + item * K;
         float ss = 0.f, dot = 0.f;
         for (int key = lane; key < K; key += 32) {
             const float xk = load(raw.data, raw.dtype, io + key);
             ss += xk * xk;
-            dot += dy(key) * xh[key];
+            dot += dy(key) * load(xhat, p.q.dtype, item * K + key);
         }
         const float rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
         dot = warp_sum(dot);
         for (int key = lane; key < K; key += 32)
             store(out.data, out.dtype, oo + key,
-                  p.l2norm ? (dy(key) - dot * xh[key]) * rstd : dy(key));
+                  p.l2norm ? (dy(key) - dot * load(xhat, p.q.dtype, item * K + key)) * rstd
+                           : dy(key));
     };
     finish(p.q, d.dq, x.dq, x.f.qn);
     finish(p.k, d.dk, x.dk, x.f.kn);

@@ -18,17 +18,17 @@ constexpr int kMaxDeltaChunk = 64;
 /// warp (row j in lane j): a stride of K, a multiple of 32, would put every lane on one bank.
 constexpr int padded_keys(int K) { return K + 1; }
 
-/// What the chunk forward's passes hand each other in its workspace, and the backward reads, in
-/// fp32 (each value as the contract stores it): rows as row() numbers them, chunks by
-/// chunk_slots().
+/// What the chunk forward's passes hand each other in its workspace, and the backward reads,
+/// each value in the dtype the contract rounds it to (the input dtype `in`, the state dtype
+/// `st`; exact there), G and β in fp32: rows as row() numbers them, chunks by chunk_slots().
 struct DeltaChunkSaved {
-    float *qn = nullptr, *kn = nullptr;   ///< [rows, H, K] q̂, k̂
-    float* w = nullptr;                   ///< [rows, HV, K]
-    float* Ti = nullptr;                  ///< [rows, HV, chunk] the rows of (I + A)⁻¹
-    float* u = nullptr;                   ///< [rows, HV, V]
-    float* v_new = nullptr;               ///< [rows, HV, V]
+    void *qn = nullptr, *kn = nullptr;    ///< [rows, H, K] q̂, k̂ in `in`
+    void* w = nullptr;                    ///< [rows, HV, K] in `in`
+    void* Ti = nullptr;                   ///< [rows, HV, chunk] the rows of (I + A)⁻¹ in `in`
+    void* u = nullptr;                    ///< [rows, HV, V] in `in`
+    void* v_new = nullptr;                ///< [rows, HV, V] in `in`
     float *G = nullptr, *beta = nullptr;  ///< [rows, HV] chunk-local log-decay cumsum, β as used
-    float* h = nullptr;                   ///< [slots, HV, K, V] the state entering each chunk
+    void* h = nullptr;                    ///< [slots, HV, K, V] the state entering each chunk, `st`
 };
 
 struct DeltaChunkProblem : DeltaProblem {
@@ -39,7 +39,8 @@ struct DeltaChunkProblem : DeltaProblem {
     const int64_t* first_chunk = nullptr;
 };
 
-/// The forward's workspace at `base` (nullptr: only its size, in `floats` fp32 elements).
+/// The forward's workspace at `base` (nullptr: only its size, in `floats` fp32 elements, whole
+/// 16-byte units).
 DeltaChunkSaved delta_chunk_saved(const DeltaChunkProblem& p, float* base, int64_t& floats);
 
 /// Scratch of the chunk forward in fp32 elements.
