@@ -22,12 +22,12 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/delta_activations.cuh"
-#include "common/cuda/delta_chunk_cuda.h"
+#include "common/cuda/delta_chunk.cuh"
 
 namespace lav::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kDeltaChunkThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;  // value columns per block of the state pass, per step of the others
 
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
     const int hv = blockIdx.y, h = hv / (HV / p.heads);
     const Chunk ck = chunk_at(p.seqs, C, blockIdx.x);
     if (ck.len == 0) return;
-    const int L = ck.len, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int L = ck.len, tid = threadIdx.x, warp = tid / 32;
     const Span& s = ck.s;
     const int64_t t0 = ck.c0, r0 = row(p.seqs, s, t0);
     const DType in = p.q.dtype;
@@ -59,29 +59,11 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
     float* decay = G + C;          // [C] exp(G)
     // one value head of each key head keeps q̂ and k̂
     const bool keeps_keys = hv % (HV / p.heads) == 0;
-    // q̂ and k̂ rows, a warp per row: x · 1/√(Σ x² + eps) rounded to the input dtype
+    // q̂ and k̂ rows, a warp per row
     for (int i = warp; i < L; i += kWarps) {
         const int64_t r = ((r0 + i) * p.heads + h) * K;
-        const auto normalised = [&](const Strided& src, float* tile, void* kept) {
-            const int64_t off = at(src, s, t0 + i, h);
-            float rstd = 1.f;
-            if (p.l2norm) {
-                float ss = 0.f;
-                for (int d = lane; d < K; d += 32) {
-                    const float xd = load(src.data, src.dtype, off + d);
-                    ss += xd * xd;
-                }
-                rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
-            }
-            for (int d = lane; d < K; d += 32) {
-                const float xd = load(src.data, src.dtype, off + d);
-                const float y = p.l2norm ? rounded(xd * rstd, in) : xd;
-                if (tile != nullptr) tile[i * KP + d] = y;
-                if (keeps_keys) store(kept, in, r + d, y);
-            }
-        };
-        normalised(p.k, k, x.kn);
-        if (keeps_keys) normalised(p.q, nullptr, x.qn);
+        unit_row(p, p.k, s, t0 + i, h, k + i * KP, keeps_keys ? x.kn : nullptr, in, r);
+        if (keeps_keys) unit_row(p, p.q, s, t0 + i, h, nullptr, x.qn, in, r);
     }
     for (int i = tid; i < L; i += kThreads) {
         beta[i] = activated_beta(p, load(p.beta.data, p.beta.dtype, at(p.beta, s, t0 + i, hv)));
@@ -296,16 +278,6 @@ __global__ void __launch_bounds__(kThreads) chunk_out(DeltaChunkProblem p, Delta
     }
 }
 
-/// Sets the dynamic shared memory a kernel may take, and launches it.
-template <typename Kernel>
-void launch(Kernel kernel, dim3 grid, int64_t floats, cudaStream_t stream,
-            const DeltaChunkProblem& p, const DeltaChunkSaved& x) {
-    const int bytes = int(floats * sizeof(float));
-    LAV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                   "delta_chunk_fwd");
-    kernel<<<grid, kThreads, bytes, stream>>>(p, x);
-}
-
 }  // namespace
 
 DeltaChunkSaved delta_chunk_saved(const DeltaChunkProblem& p, float* base, int64_t& floats) {
@@ -353,11 +325,14 @@ void delta_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t 
     const int64_t slots = chunk_slots(p.seqs, p.chunk);
     const unsigned HV = unsigned(p.value_heads);
     if (slots > 0)
-        launch(chunk_prep, dim3(unsigned(slots), HV), prep_floats(p.dk, p.chunk), stream, p, x);
-    launch(chunk_state, dim3(unsigned(p.seqs.n) * HV, unsigned((p.dv + kTile - 1) / kTile)),
-           state_floats(p.dk, p.chunk), stream, p, x);
+        launch_chunk_kernel(chunk_prep, dim3(unsigned(slots), HV), prep_floats(p.dk, p.chunk),
+                            stream, p, x);
+    launch_chunk_kernel(chunk_state,
+                        dim3(unsigned(p.seqs.n) * HV, unsigned((p.dv + kTile - 1) / kTile)),
+                        state_floats(p.dk, p.chunk), stream, p, x);
     if (slots > 0 && p.o.data != nullptr)
-        launch(chunk_out, dim3(unsigned(slots), HV), out_floats(p.dk, p.chunk), stream, p, x);
+        launch_chunk_kernel(chunk_out, dim3(unsigned(slots), HV), out_floats(p.dk, p.chunk), stream,
+                            p, x);
     LAV_CUDA_CHECK(cudaGetLastError(), "delta_chunk_fwd");
 }
 

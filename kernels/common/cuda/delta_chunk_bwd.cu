@@ -25,12 +25,12 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/delta_activations.cuh"
-#include "common/cuda/delta_chunk_cuda.h"
+#include "common/cuda/delta_chunk.cuh"
 
 namespace lav::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kDeltaChunkThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;  // value columns per block of the dS pass
 constexpr int kCols = 16;  // value columns per step of the chunk-parallel sums
@@ -501,10 +501,10 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     }
 }
 
-/// Pass 5, a warp per (row, key head): dq̂ and dk̂ summed over the key head's value heads in
-/// order, then dx = (dx̂ − (dx̂·x̂) x̂) rstd with x̂ as stored, rounded once.
+/// Pass 5, a warp per (row, key head): finish_chunk_keys().
 __global__ void __launch_bounds__(kThreads)
-    finish_keys(DeltaChunkProblem p, DeltaGrads d, Scratch x, int64_t rows) {
+    finish_keys(DeltaChunkProblem p, DeltaGrads d, const float* dq, const float* dk, const void* qn,
+                const void* kn, int64_t rows) {
     const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
     if (item >= rows * p.heads) return;
     const int lane = threadIdx.x % 32, K = p.dk, group = p.value_heads / p.heads;
@@ -521,31 +521,28 @@ __global__ void __launch_bounds__(kThreads)
                 sum += grad[(r * p.value_heads + h * group + j) * K + key];
             return sum;
         };
-        float ss = 0.f, dot = 0.f;
+        if (!p.l2norm) {
+            for (int key = lane; key < K; key += 32) store(out.data, out.dtype, oo + key, dy(key));
+            return;
+        }
+        float ss = 0.f;
         for (int key = lane; key < K; key += 32) {
             const float xk = load(raw.data, raw.dtype, io + key);
             ss += xk * xk;
-            dot += dy(key) * load(xhat, p.q.dtype, item * K + key);
         }
         const float rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
+        const auto y = [&](int key) {
+            return xhat != nullptr ? load(xhat, p.q.dtype, item * K + key)
+                                   : load(raw.data, raw.dtype, io + key) * rstd;
+        };
+        float dot = 0.f;
+        for (int key = lane; key < K; key += 32) dot += dy(key) * y(key);
         dot = warp_sum(dot);
         for (int key = lane; key < K; key += 32)
-            store(out.data, out.dtype, oo + key,
-                  p.l2norm ? (dy(key) - dot * load(xhat, p.q.dtype, item * K + key)) * rstd
-                           : dy(key));
+            store(out.data, out.dtype, oo + key, (dy(key) - dot * y(key)) * rstd);
     };
-    finish(p.q, d.dq, x.dq, x.f.qn);
-    finish(p.k, d.dk, x.dk, x.f.kn);
-}
-
-/// Sets the dynamic shared memory a kernel may take, and launches it.
-template <typename Kernel>
-void launch(Kernel kernel, dim3 grid, int64_t floats, cudaStream_t stream,
-            const DeltaChunkProblem& p, const DeltaGrads& d, const Scratch& x) {
-    const int bytes = int(floats * sizeof(float));
-    LAV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                   "delta_chunk_bwd");
-    kernel<<<grid, kThreads, bytes, stream>>>(p, d, x);
+    finish(p.q, d.dq, dq, qn);
+    finish(p.k, d.dk, dk, kn);
 }
 
 }  // namespace
@@ -575,24 +572,32 @@ void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream
     f.h = nullptr;
     delta_chunk_fwd(f, d.workspace, stream);
     const int64_t K = p.dk, C = p.chunk, HV = p.value_heads;
-    const int64_t slots = chunk_slots(p.seqs, p.chunk), rows = packed_rows(p.seqs);
+    const int64_t slots = chunk_slots(p.seqs, p.chunk);
     const int64_t KP = padded_keys(p.dk), KH = K < kKeyPart ? K : kKeyPart;
     if (slots > 0)
-        launch(scores_bwd, dim3(unsigned(slots), unsigned(HV)), C * K + C * KP + C, stream, p, d,
-               x);
-    launch(state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
-           C * KP + C * C + 2 * C * kTile + 2 * K * kTile + 2 * C, stream, p, d, x);
+        launch_chunk_kernel(scores_bwd, dim3(unsigned(slots), unsigned(HV)), C * K + C * KP + C,
+                            stream, p, d, x);
+    launch_chunk_kernel(state_bwd,
+                        dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
+                        C * KP + C * C + 2 * C * kTile + 2 * K * kTile + 2 * C, stream, p, d, x);
     if (slots > 0) {
-        launch(values_bwd, dim3(unsigned(slots), unsigned(HV)),
-               3 * C * C + 2 * KH * kColRow + 4 * C * kColRow + 3 * C * KH + 3 * C + kWarps, stream,
-               p, d, x);
-        launch(keys_bwd, dim3(unsigned(slots), unsigned(HV)), C * KP + C * K + 4 * C * C + 5 * C,
-               stream, p, d, x);
+        launch_chunk_kernel(
+            values_bwd, dim3(unsigned(slots), unsigned(HV)),
+            3 * C * C + 2 * KH * kColRow + 4 * C * kColRow + 3 * C * KH + 3 * C + kWarps, stream, p,
+            d, x);
+        launch_chunk_kernel(keys_bwd, dim3(unsigned(slots), unsigned(HV)),
+                            C * KP + C * K + 4 * C * C + 5 * C, stream, p, d, x);
     }
+    finish_chunk_keys(p, d, x.dq, x.dk, x.f.qn, x.f.kn, stream);
+    LAV_CUDA_CHECK(cudaGetLastError(), "delta_chunk_bwd");
+}
+
+void finish_chunk_keys(const DeltaChunkProblem& p, const DeltaGrads& d, const float* dq,
+                       const float* dk, const void* qn, const void* kn, cudaStream_t stream) {
+    const int64_t rows = packed_rows(p.seqs);
     if (rows > 0)
         finish_keys<<<unsigned((rows * p.heads + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
-            p, d, x, rows);
-    LAV_CUDA_CHECK(cudaGetLastError(), "delta_chunk_bwd");
+            p, d, dq, dk, qn, kn, rows);
 }
 
 }  // namespace lav::cuda

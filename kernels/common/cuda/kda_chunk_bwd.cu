@@ -28,12 +28,13 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/delta_activations.cuh"
+#include "common/cuda/delta_chunk.cuh"
 #include "common/cuda/kda_chunk_cuda.h"
 
 namespace lav::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = kDeltaChunkThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;  // value columns per block of the dS pass
 constexpr int kCols = 16;  // value columns per step of the chunk-parallel sums
@@ -485,58 +486,6 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     }
 }
 
-/// Pass 5, a warp per (row, key head): dq̂ and dk̂ summed over the key head's value heads in
-/// order, then dx = (dx̂ − (dx̂·y) y) rstd with the fp32 unit vector y = x rstd, rounded once.
-__global__ void __launch_bounds__(kThreads)
-    finish_keys(DeltaChunkProblem p, DeltaGrads d, Scratch x, int64_t rows) {
-    const int64_t item = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
-    if (item >= rows * p.heads) return;
-    const int lane = threadIdx.x % 32, K = p.dk, group = p.value_heads / p.heads;
-    const int64_t r = item / p.heads;
-    const int h = int(item % p.heads);
-    const Span s = {r / p.seqs.t, 0, p.seqs.t};
-    const int64_t t = r % p.seqs.t;
-    const auto finish = [&](const Strided& raw, const Strided& out, const float* grad) {
-        const int64_t io = at(raw, s, t, h), oo = at(out, s, t, h);
-        const auto dy = [&](int key) {
-            float sum = 0.f;
-            for (int j = 0; j < group; ++j)
-                sum += grad[(r * p.value_heads + h * group + j) * K + key];
-            return sum;
-        };
-        if (!p.l2norm) {
-            for (int key = lane; key < K; key += 32) store(out.data, out.dtype, oo + key, dy(key));
-            return;
-        }
-        float ss = 0.f;
-        for (int key = lane; key < K; key += 32) {
-            const float xk = load(raw.data, raw.dtype, io + key);
-            ss += xk * xk;
-        }
-        const float rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
-        float dot = 0.f;
-        for (int key = lane; key < K; key += 32)
-            dot += dy(key) * (load(raw.data, raw.dtype, io + key) * rstd);
-        dot = warp_sum(dot);
-        for (int key = lane; key < K; key += 32) {
-            const float y = load(raw.data, raw.dtype, io + key) * rstd;
-            store(out.data, out.dtype, oo + key, (dy(key) - dot * y) * rstd);
-        }
-    };
-    finish(p.q, d.dq, x.dq);
-    finish(p.k, d.dk, x.dw);
-}
-
-/// Sets the dynamic shared memory a kernel may take, and launches it.
-template <typename Kernel>
-void launch(Kernel kernel, dim3 grid, int64_t floats, cudaStream_t stream,
-            const DeltaChunkProblem& p, const DeltaGrads& d, const Scratch& x) {
-    const int bytes = int(floats * sizeof(float));
-    LAV_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
-                   "kda_chunk_bwd");
-    kernel<<<grid, kThreads, bytes, stream>>>(p, d, x);
-}
-
 }  // namespace
 
 int64_t kda_chunk_workspace_floats(const DeltaChunkProblem& p) {
@@ -565,23 +514,23 @@ void kda_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t
     f.h = nullptr;
     kda_chunk_fwd(f, x.f, stream);
     const int64_t K = p.dk, C = p.chunk, HV = p.value_heads;
-    const int64_t slots = chunk_slots(p.seqs, p.chunk), rows = packed_rows(p.seqs);
+    const int64_t slots = chunk_slots(p.seqs, p.chunk);
     const int64_t KP = padded_keys(p.dk);
     // at K = 128, C = 64: 97 KB, 97 KB, 179 KB and 193 KB
     if (slots > 0)
-        launch(scores_bwd, dim3(unsigned(slots), unsigned(HV)), 3 * C * KP, stream, p, d, x);
-    launch(state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
-           C * KP + C * C + 2 * C * kTile + 2 * K * kTile + K, stream, p, d, x);
+        launch_chunk_kernel(scores_bwd, dim3(unsigned(slots), unsigned(HV)), 3 * C * KP, stream, p,
+                            d, x);
+    launch_chunk_kernel(state_bwd,
+                        dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
+                        C * KP + C * C + 2 * C * kTile + 2 * K * kTile + K, stream, p, d, x);
     if (slots > 0) {
-        launch(values_bwd, dim3(unsigned(slots), unsigned(HV)),
-               3 * C * C + 2 * K * kColRow + 4 * C * kColRow + 3 * C * K + 2 * C + K, stream, p, d,
-               x);
-        launch(keys_bwd, dim3(unsigned(slots), unsigned(HV)), 4 * C * KP + 4 * C * C + C, stream, p,
-               d, x);
+        launch_chunk_kernel(values_bwd, dim3(unsigned(slots), unsigned(HV)),
+                            3 * C * C + 2 * K * kColRow + 4 * C * kColRow + 3 * C * K + 2 * C + K,
+                            stream, p, d, x);
+        launch_chunk_kernel(keys_bwd, dim3(unsigned(slots), unsigned(HV)),
+                            4 * C * KP + 4 * C * C + C, stream, p, d, x);
     }
-    if (rows > 0)
-        finish_keys<<<unsigned((rows * p.heads + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
-            p, d, x, rows);
+    finish_chunk_keys(p, d, x.dq, x.dw, nullptr, nullptr, stream);
     LAV_CUDA_CHECK(cudaGetLastError(), "kda_chunk_bwd");
 }
 
