@@ -104,15 +104,8 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
         const int j = e / K, d = e % K;
         k[j * KP + d] = rounded(k[j * KP + d] * (beta[j] * decay[j]), in);
     }
-    // (I + A) Ti = I by forward substitution, row by row, in fp32; then stored
-    for (int i = 0; i < L; ++i) {
-        for (int j = tid; j <= i; j += kThreads) {
-            float t = i == j ? 1.f : 0.f;
-            for (int m = j; m < i; ++m) t -= A[i * C + m] * Ti[m * C + j];
-            Ti[i * C + j] = t;
-        }
-        __syncthreads();
-    }
+    // (I + A) Ti = I in fp32; then stored
+    solve_unit_lower(A, Ti, L, C);
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
         if (j <= i) Ti[i * C + j] = rounded(Ti[i * C + j], in);

@@ -1,6 +1,7 @@
 // kernels/common/cuda/delta_chunk.cuh — what the chunk kernels of the delta rules
 // (delta_chunk*.cu) and of kda (kda_chunk*.cu) share: their block size and launch, the rows of
-// q̂ and k̂ as they read them, and the last pass of their backward.
+// q̂ and k̂ as they read them, the solve for (I + A)⁻¹ and products with it, the backward's
+// sums over value columns without a key axis, and its last pass.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +15,11 @@ namespace lav::cuda {
 
 /// Threads per block of every chunk kernel.
 constexpr int kDeltaChunkThreads = 256;
+/// Value columns per step of the backward's chunk-parallel sums, and the row stride of their
+/// column tiles: padded as padded_keys() pads key rows (a stride of 16 floats puts the lanes of
+/// a warp on two banks).
+constexpr int kChunkCols = 16;
+constexpr int kChunkColRow = kChunkCols + 1;
 
 /// Sets the dynamic shared memory `kernel` may take (`floats` fp32 elements), and launches it
 /// with kDeltaChunkThreads threads a block.
@@ -49,6 +55,64 @@ __device__ inline void unit_row(const DeltaChunkProblem& p, const Strided& src, 
         const float y = p.l2norm ? rounded(xd * rstd, p.q.dtype) : xd;
         if (tile != nullptr) tile[d] = y;
         if (kept != nullptr) store(kept, kept_dtype, kept_at + d, y);
+    }
+}
+
+/// (I + A) T = I for a strictly lower A ([L, L] of row stride C), by forward substitution row by
+/// row in fp32, each entry summed in ascending m (the CPU rows' order); by the whole block, which
+/// it leaves synchronised.
+__device__ inline void solve_unit_lower(const float* A, float* T, int L, int C) {
+    for (int i = 0; i < L; ++i) {
+        for (int j = threadIdx.x; j <= i; j += kDeltaChunkThreads) {
+            float t = i == j ? 1.f : 0.f;
+            for (int m = j; m < i; ++m) t -= A[i * C + m] * T[m * C + j];
+            T[i * C + j] = t;
+        }
+        __syncthreads();
+    }
+}
+
+/// Element (i, j) of Tᵀ M for a lower-triangular T ([L, L] of row stride C) and M of row stride
+/// `stride`: Σ_{m ≥ i} T_mi M_mj in ascending m.
+__device__ inline float lower_transposed(const float* T, int C, const float* M, int stride, int L,
+                                         int i, int j) {
+    float a = 0.f;
+    for (int m = i; m < L; ++m) a += T[m * C + i] * M[m * stride + j];
+    return a;
+}
+
+/// One step of kChunkCols value columns (nc of them real, from c0) of the backward's sums that
+/// no key axis enters, by the whole block, on tiles of row stride kChunkColRow: dov += dO
+/// v_newᵀ, dTv += dv_new vbᵀ, and with dvb = Tᵀ dv_new (T the rows of (I + A)⁻¹ the backward
+/// reads): dv = dvb β stored, and dβ's value term Σ dvb ⊙ v over the columns added to dbv.
+__device__ inline void value_column_sums(const DeltaChunkProblem& p, const DeltaGrads& d,
+                                         const Chunk& ck, int hv, int c0, int nc, const float* T,
+                                         const float* dO, const float* vn, const float* dvn,
+                                         const float* vb, const float* beta, float* dov, float* dTv,
+                                         float* dbv) {
+    const int L = ck.len, C = p.chunk, tid = threadIdx.x;
+    for (int e = tid; e < L * L; e += kDeltaChunkThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f, b = 0.f;
+        for (int cc = 0; cc < kChunkCols; ++cc) {
+            a += dO[i * kChunkColRow + cc] * vn[j * kChunkColRow + cc];
+            b += dvn[i * kChunkColRow + cc] * vb[j * kChunkColRow + cc];
+        }
+        dov[e] += a;
+        dTv[e] += b;
+    }
+    // the 16 lanes of a row add its dβ term
+    for (int base = 0; base < L * kChunkCols; base += kDeltaChunkThreads) {
+        const int e = base + tid, i = e / kChunkCols, c = e % kChunkCols;
+        float term = 0.f;
+        if (e < L * kChunkCols && c < nc) {
+            const float dvb = lower_transposed(T, C, dvn, kChunkColRow, L, i, c);
+            const int64_t vo = at(p.v, ck.s, ck.c0 + i, hv) + c0 + c;
+            store(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c, dvb * beta[i]);
+            term = dvb * load(p.v.data, p.v.dtype, vo);
+        }
+        for (int o = kChunkCols / 2; o > 0; o /= 2) term += __shfl_xor_sync(0xffffffffu, term, o);
+        if (e < L * kChunkCols && c == 0) dbv[i] += term;
     }
 }
 

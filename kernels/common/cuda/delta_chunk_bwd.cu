@@ -33,10 +33,7 @@ namespace {
 constexpr int kThreads = kDeltaChunkThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;  // value columns per block of the dS pass
-constexpr int kCols = 16;  // value columns per step of the chunk-parallel sums
-// the column tiles' rows are padded as padded_keys() pads key rows: a stride of 16 floats puts
-// the lanes of a warp on two banks
-constexpr int kColRow = kCols + 1;
+constexpr int kCols = kChunkCols, kColRow = kChunkColRow;
 // keys per round of the column sums: their [C, keys] accumulators are most of the block's tiles
 constexpr int kKeyPart = 128;
 
@@ -297,32 +294,7 @@ __global__ void __launch_bounds__(kThreads)
                 dkh[e] += c;
             }
             if (!first) continue;
-            for (int e = tid; e < L * L; e += kThreads) {
-                const int i = e / L, j = e % L;
-                float a = 0.f, b = 0.f;
-                for (int cc = 0; cc < kCols; ++cc) {
-                    a += dO[i * kColRow + cc] * vn[j * kColRow + cc];
-                    b += dvn[i * kColRow + cc] * vb[j * kColRow + cc];
-                }
-                dov[e] += a;
-                dTv[e] += b;
-            }
-            // dvb = Tiᵀ dv_new; dv = dvb β; dβ's term Σ dvb ⊙ v over the 16 lanes of a row
-            for (int base = 0; base < L * kCols; base += kThreads) {
-                const int e = base + tid, i = e / kCols, c = e % kCols;
-                float term = 0.f;
-                if (e < L * kCols && c < nc) {
-                    float dvb = 0.f;
-                    for (int m = i; m < L; ++m) dvb += Ti[m * C + i] * dvn[m * kColRow + c];
-                    const int64_t vo = at(p.v, ck.s, ck.c0 + i, hv) + c0 + c;
-                    store(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c,
-                          dvb * beta[i]);
-                    term = dvb * load(p.v.data, p.v.dtype, vo);
-                }
-                for (int o = kCols / 2; o > 0; o /= 2)
-                    term += __shfl_xor_sync(0xffffffffu, term, o);
-                if (e < L * kCols && c == 0) dbv[i] += term;
-            }
+            value_column_sums(p, d, ck, hv, c0, nc, Ti, dO, vn, dvn, vb, beta, dov, dTv, dbv);
         }
         __syncthreads();
         for (int e = tid; e < L * nk; e += kThreads) {
@@ -399,17 +371,11 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     __syncthreads();
     // X = Tiᵀ dT and dkb = Tiᵀ dw (Ti is lower triangular), dkb in dw's place in the scratch: the
     // block keeps k̂ and one more key tile, so that keys 256 wide fit
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        float a = 0.f;
-        for (int m = i; m < L; ++m) a += Ti[m * C + i] * dT[m * C + j];
-        X[i * C + j] = a;
-    }
+    for (int e = tid; e < L * L; e += kThreads)
+        X[e / L * C + e % L] = lower_transposed(Ti, C, dT, C, L, e / L, e % L);
     for (int e = tid; e < L * K; e += kThreads) {
         const int i = e / K, dd = e % K;
-        float a = 0.f;
-        for (int m = i; m < L; ++m) a += Ti[m * C + i] * dw[m * K + dd];
-        x.dw[((r0 + i) * HV + hv) * K + dd] = a;
+        x.dw[((r0 + i) * HV + hv) * K + dd] = lower_transposed(Ti, C, dw, K, L, i, dd);
     }
     __syncthreads();
     float* q = Y;  // [C, K] q̂, in dw's place

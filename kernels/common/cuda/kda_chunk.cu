@@ -110,16 +110,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
             rounded(k[i * KP + d] * expf(G[(L - 1) * KP + d] - G[i * KP + d]), in);
     }
     __syncthreads();
-    // (I + A) Ti = I by forward substitution, row by row, in fp32, each entry summed in the
-    // CPU's order (ascending m)
-    for (int i = 0; i < L; ++i) {
-        for (int j = tid; j <= i; j += kThreads) {
-            float t = i == j ? 1.f : 0.f;
-            for (int m = j; m < i; ++m) t -= A[i * C + m] * Ti[m * C + j];
-            Ti[i * C + j] = t;
-        }
-        __syncthreads();
-    }
+    solve_unit_lower(A, Ti, L, C);
     // A has been read: it takes the inverse as stored; G (stored) becomes e^G
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
