@@ -276,13 +276,8 @@ __global__ void __launch_bounds__(kThreads) chunk_out(DeltaChunkProblem p, Delta
 DeltaChunkSaved delta_chunk_saved(const DeltaChunkProblem& p, float* base, int64_t& floats) {
     const int64_t rows = packed_rows(p.seqs), slots = chunk_slots(p.seqs, p.chunk);
     const int64_t HV = p.value_heads, K = p.dk, V = p.dv;
-    // each region starts on 16 bytes; values stored in a 16-bit dtype take 2 bytes each
-    int64_t bytes = 0;
-    const auto take = [&](int64_t n, DType dtype) {
-        void* at = base != nullptr ? reinterpret_cast<char*>(base) + bytes : nullptr;
-        bytes += (n * (dtype == DType::f32 ? 4 : 2) + 15) / 16 * 16;
-        return at;
-    };
+    ChunkWorkspace ws(base);
+    const auto take = [&](int64_t n, DType dtype) { return ws.take(n, dtype); };
     const DType in = p.q.dtype;
     DeltaChunkSaved x;
     x.qn = take(rows * p.heads * K, in);
@@ -291,10 +286,10 @@ DeltaChunkSaved delta_chunk_saved(const DeltaChunkProblem& p, float* base, int64
     x.Ti = take(rows * HV * p.chunk, in);
     x.u = take(rows * HV * V, in);
     x.v_new = take(rows * HV * V, in);
-    x.G = static_cast<float*>(take(rows * HV, DType::f32));
-    x.beta = static_cast<float*>(take(rows * HV, DType::f32));
+    x.G = ws.take(rows * HV);
+    x.beta = ws.take(rows * HV);
     x.h = take(slots * HV * K * V, p.state);
-    floats = bytes / 4;
+    floats = ws.floats();
     return x;
 }
 

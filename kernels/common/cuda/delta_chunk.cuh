@@ -32,6 +32,34 @@ void launch_chunk_kernel(void (*kernel)(Params...), dim3 grid, int64_t floats, c
     kernel<<<grid, kDeltaChunkThreads, bytes, stream>>>(args...);
 }
 
+/// Lays regions out one after another from `base` (nullptr: only counts them). fp32 regions
+/// follow each other exactly (the backward's callers find its last ones from the total);
+/// a region in a 16-bit dtype, 2 bytes a value, starts and ends on 16 bytes.
+class ChunkWorkspace {
+  public:
+    /// `floats` fp32 elements from `base` are taken already.
+    explicit ChunkWorkspace(float* base, int64_t floats = 0)
+        : base_(reinterpret_cast<char*>(base)), bytes_(floats * 4) {}
+    void* take(int64_t n, DType dtype) {
+        if (dtype == DType::f32) return take(n);
+        bytes_ = (bytes_ + 15) / 16 * 16;
+        void* at = base_ != nullptr ? base_ + bytes_ : nullptr;
+        bytes_ += (n * 2 + 15) / 16 * 16;
+        return at;
+    }
+    float* take(int64_t n) {
+        float* at = base_ != nullptr ? reinterpret_cast<float*>(base_ + bytes_) : nullptr;
+        bytes_ += n * 4;
+        return at;
+    }
+    /// What is taken, in fp32 elements.
+    int64_t floats() const { return bytes_ / 4; }
+
+  private:
+    char* base_;
+    int64_t bytes_;
+};
+
 /// Row t of key head h of q or k as the chunk kernels read it, by one warp: x / √(Σ x² + eps)
 /// rounded to the input dtype with the in-kernel l2norm, x itself without. Written to `tile`
 /// (elements 0..K) where not nullptr, and to `kept` (in `kept_dtype`, from element `kept_at`)

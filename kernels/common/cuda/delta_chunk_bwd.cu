@@ -54,14 +54,11 @@ struct Scratch {
 Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
     const int64_t rows = packed_rows(p.seqs), slots = chunk_slots(p.seqs, p.chunk);
     const int64_t HV = p.value_heads, K = p.dk, V = p.dv, C = p.chunk;
-    const auto take = [&](int64_t n) {
-        float* at = base != nullptr ? base + floats : nullptr;
-        floats += n;
-        return at;
-    };
     Scratch x;
     x.f = delta_chunk_saved(p, base, floats);
-    x.dH = take((slots * HV * K * V * (p.state == DType::f32 ? 2 : 1) + 7) / 8 * 4);
+    ChunkWorkspace ws(base, floats);
+    const auto take = [&](int64_t n) { return ws.take(n); };
+    x.dH = ws.take(slots * HV * K * V, p.state);
     x.dvn = take(rows * HV * V);
     x.dw = take(rows * HV * K);
     x.dq = take(rows * HV * K);
@@ -72,6 +69,7 @@ Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
     x.hdH = take(slots * HV);
     x.dA_log = take(rows * HV);  // last, as delta_chunk_terms() finds them
     x.ddt = take(rows * HV);
+    floats = ws.floats();
     return x;
 }
 

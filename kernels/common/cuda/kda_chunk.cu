@@ -64,8 +64,8 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
     // q̂ and k̂ rows, a warp per row
     for (int i = warp; i < L; i += kWarps) {
         const int64_t r = ((r0 + i) * p.heads + h) * K;
-        unit_row(p, p.k, s, t0 + i, h, k + i * KP, keeps_keys ? x.kn : nullptr, DType::f32, r);
-        if (keeps_keys) unit_row(p, p.q, s, t0 + i, h, nullptr, x.qn, DType::f32, r);
+        unit_row(p, p.k, s, t0 + i, h, k + i * KP, keeps_keys ? x.kn : nullptr, in, r);
+        if (keeps_keys) unit_row(p, p.q, s, t0 + i, h, nullptr, x.qn, in, r);
     }
     const float rate = p.gate_in_kernel ? expf(p.A_log[hv]) : 0.f;
     for (int e = tid; e < L * K; e += kThreads) {
@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
     // kg = round(k̂ exp(G_last − G)), which the state pass reads
     for (int e = tid; e < L * K; e += kThreads) {
         const int i = e / K, d = e % K;
-        x.kg[((r0 + i) * HV + hv) * K + d] =
-            rounded(k[i * KP + d] * expf(G[(L - 1) * KP + d] - G[i * KP + d]), in);
+        store(x.kg, in, ((r0 + i) * HV + hv) * K + d,
+              k[i * KP + d] * expf(G[(L - 1) * KP + d] - G[i * KP + d]));
     }
     __syncthreads();
     solve_unit_lower(A, Ti, L, C);
@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
         const int i = e / K, d = e % K;
         float t = 0.f;
         for (int j = 0; j <= i; ++j) t += A[i * C + j] * G[j * KP + d];
-        x.w[((r0 + i) * HV + hv) * K + d] = rounded(t, in);
+        store(x.w, in, ((r0 + i) * HV + hv) * K + d, t);
     }
     for (int c0 = 0; c0 < V; c0 += kTile) {
         for (int e = tid; e < L * kTile; e += kThreads) {
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
             const int i = e / kTile, c = c0 + e % kTile;
             float t = 0.f;
             for (int j = 0; j <= i; ++j) t += A[i * C + j] * vb[j * kTile + e % kTile];
-            if (c < V) x.u[((r0 + i) * HV + hv) * V + c] = rounded(t, in);
+            if (c < V) store(x.u, in, ((r0 + i) * HV + hv) * V + c, t);
         }
         __syncthreads();
     }
@@ -191,12 +191,12 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Kda
         __syncthreads();  // the previous chunk is done with every tile
         for (int e = tid; e < L * K; e += kThreads) {
             const int64_t i = e / K, d = e % K, o = ((r0 + i) * HV + hv) * K + d;
-            w[e] = x.w[o];
-            kg[e] = x.kg[o];
+            w[e] = load(x.w, in, o);
+            kg[e] = load(x.kg, in, o);
         }
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = col0 + e % kTile;
-            vn[e] = c < V ? x.u[((r0 + i) * HV + hv) * V + c] : 0.f;
+            vn[e] = c < V ? load(x.u, in, ((r0 + i) * HV + hv) * V + c) : 0.f;
         }
         for (int d = tid; d < K; d += kThreads)
             last[d] = expf(x.G[((r0 + L - 1) * HV + hv) * K + d]);
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Kda
             const int d = e / kTile, c = col0 + e % kTile;
             hs[e] = rounded(S[e], p.state);
             if (c >= V) continue;
-            x.h[(((first + ch) * HV + hv) * K + d) * V + c] = hs[e];
+            store(x.h, p.state, (((first + ch) * HV + hv) * K + d) * V + c, hs[e]);
             if (p.h != nullptr)
                 store(p.h, p.state,
                       ((p.first_chunk[n] + ch) * HV + hv) * K * V + int64_t(d) * V + c, S[e]);
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Kda
             float t = 0.f;
             for (int d = 0; d < K; ++d) t += w[i * K + d] * hs[d * kTile + c];
             const float v_new = rounded(vn[e] - t, in);
-            if (col0 + c < V) x.v_new[((r0 + i) * HV + hv) * V + col0 + c] = v_new;
+            if (col0 + c < V) store(x.v_new, in, ((r0 + i) * HV + hv) * V + col0 + c, v_new);
             vn[e] = v_new;
         }
         __syncthreads();
@@ -256,8 +256,8 @@ __global__ void __launch_bounds__(kThreads) chunk_out(DeltaChunkProblem p, KdaCh
     float* vn = hs + K * kTile;  // [C, kTile] v_new
     for (int e = tid; e < L * K; e += kThreads) {
         const int i = e / K, d = e % K;
-        q[i * KP + d] = x.qn[((r0 + i) * p.heads + h) * K + d];
-        k[i * KP + d] = x.kn[((r0 + i) * p.heads + h) * K + d];
+        q[i * KP + d] = load(x.qn, in, ((r0 + i) * p.heads + h) * K + d);
+        k[i * KP + d] = load(x.kn, in, ((r0 + i) * p.heads + h) * K + d);
         G[i * KP + d] = x.G[((r0 + i) * HV + hv) * K + d];
     }
     __syncthreads();
@@ -282,11 +282,11 @@ __global__ void __launch_bounds__(kThreads) chunk_out(DeltaChunkProblem p, KdaCh
         __syncthreads();  // qg is in, or the previous columns are done
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int d = e / kTile, c = c0 + e % kTile;
-            hs[e] = c < V ? x.h[state + int64_t(d) * V + c] : 0.f;
+            hs[e] = c < V ? load(x.h, p.state, state + int64_t(d) * V + c) : 0.f;
         }
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = c0 + e % kTile;
-            vn[e] = c < V ? x.v_new[((r0 + i) * HV + hv) * V + c] : 0.f;
+            vn[e] = c < V ? load(x.v_new, in, ((r0 + i) * HV + hv) * V + c) : 0.f;
         }
         __syncthreads();
         // o = A_qk v_new + (qg h) scale
@@ -308,26 +308,24 @@ KdaChunkSaved kda_chunk_saved(const DeltaChunkProblem& p, float* base, int64_t& 
                               bool backward) {
     const int64_t rows = packed_rows(p.seqs), slots = chunk_slots(p.seqs, p.chunk);
     const int64_t HV = p.value_heads, K = p.dk, V = p.dv;
-    floats = 0;
-    const auto take = [&](int64_t n) {
-        float* at = base != nullptr ? base + floats : nullptr;
-        floats += n;
-        return at;
-    };
+    ChunkWorkspace ws(base);
+    const auto take = [&](int64_t n) { return ws.take(n); };
+    const DType in = p.q.dtype;
     KdaChunkSaved x;
-    x.qn = take(rows * p.heads * K);
-    x.kn = take(rows * p.heads * K);
+    x.qn = ws.take(rows * p.heads * K, in);
+    x.kn = ws.take(rows * p.heads * K, in);
     x.G = take(rows * HV * K);
     x.beta = take(rows * HV);
-    x.w = take(rows * HV * K);
-    x.kg = take(rows * HV * K);
-    x.u = take(rows * HV * V);
-    x.v_new = take(rows * HV * V);
-    x.h = take(slots * HV * K * V);
+    x.w = ws.take(rows * HV * K, in);
+    x.kg = ws.take(rows * HV * K, in);
+    x.u = ws.take(rows * HV * V, in);
+    x.v_new = ws.take(rows * HV * V, in);
+    x.h = ws.take(slots * HV * K * V, p.state);
     if (backward) {
         x.Tf = take(rows * HV * p.chunk);
         x.Wf = take(rows * HV * K);
     }
+    floats = ws.floats();
     return x;
 }
 

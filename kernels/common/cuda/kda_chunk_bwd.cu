@@ -43,7 +43,7 @@ constexpr int kCols = kChunkCols, kColRow = kChunkColRow;
 struct Scratch {
     KdaChunkSaved f;
     float* P;       // [slots, HV, C, C] A_qk in fp32, then dA_qk = dO v_newᵀ
-    float* dH;      // [slots, HV, K, V] round(dS) entering each chunk's reverse step
+    void* dH;       // [slots, HV, K, V] round(dS) entering each chunk's reverse step, in `st`
     float* dvn;     // [rows, HV, V] dv_new
     float* dw;      // [rows, HV, K] dW = −dv_new hᵀ, then dkb = Tfᵀ dW, then dk̂
     float* dq;      // [rows, HV, K] Σ dO hᵀ, then dq̂
@@ -59,16 +59,13 @@ struct Scratch {
 Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
     const int64_t rows = packed_rows(p.seqs), slots = chunk_slots(p.seqs, p.chunk);
     const int64_t HV = p.value_heads, K = p.dk, V = p.dv, C = p.chunk;
-    const auto take = [&](int64_t n) {
-        float* at = base != nullptr ? base + floats : nullptr;
-        floats += n;
-        return at;
-    };
     Scratch x;
     x.f = kda_chunk_saved(p, base, floats, true);
+    ChunkWorkspace ws(base, floats);
+    const auto take = [&](int64_t n) { return ws.take(n); };
     x.P = take(slots * HV * C * C);
-    x.dH = take(slots * HV * K * V);
-    x.dvn = x.f.u;  // the forward is done with u when dv_new is formed
+    x.dH = ws.take(slots * HV * K * V, p.state);
+    x.dvn = take(rows * HV * V);
     x.dw = take(rows * HV * K);
     x.dq = take(rows * HV * K);
     x.dkg = take(rows * HV * K);
@@ -77,6 +74,7 @@ Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
     x.hdH = take(slots * HV * K);
     x.dA_log = take(rows * HV);  // last, as kda_chunk_terms() finds them
     x.ddt = take(rows * HV * K);
+    floats = ws.floats();
     return x;
 }
 
@@ -84,6 +82,7 @@ Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
 /// for j ≤ i in fp32, into P (pass 3 writes dA_qk there once pass 2b has read A_qk).
 __global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, DeltaGrads, Scratch x) {
     extern __shared__ float sm[];
+    const DType in = p.q.dtype;
     const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads;
     const int64_t slot = blockIdx.x;
     const int hv = blockIdx.y, h = hv / (HV / p.heads);
@@ -96,8 +95,8 @@ __global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, Delt
     float* G = k + C * KP;  // [C, KP]
     for (int e = tid; e < L * K; e += kThreads) {
         const int64_t i = e / K, dd = e % K;
-        q[i * KP + dd] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
-        k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+        q[i * KP + dd] = load(x.f.qn, in, ((r0 + i) * p.heads + h) * K + dd);
+        k[i * KP + dd] = load(x.f.kn, in, ((r0 + i) * p.heads + h) * K + dd);
         G[i * KP + dd] = x.f.G[((r0 + i) * HV + hv) * K + dd];
     }
     __syncthreads();
@@ -118,6 +117,7 @@ __global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, Delt
 __global__ void __launch_bounds__(kThreads)
     state_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
+    const DType in = p.q.dtype;
     const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads, V = p.dv;
     const int n = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / p.heads);
     const int col0 = blockIdx.y * kTile;
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kThreads)
         // kg in fp32 (the backward's), k̂ exp(G_last − G)
         for (int e = tid; e < L * K; e += kThreads) {
             const int64_t i = e / K, dd = e % K;
-            X[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd] *
+            X[i * KP + dd] = load(x.f.kn, in, ((r0 + i) * p.heads + h) * K + dd) *
                              expf(G[(L - 1) * gs + dd] - G[i * gs + dd]);
         }
         for (int dd = tid; dd < K; dd += kThreads) last[dd] = expf(G[(L - 1) * gs + dd]);
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int dd = e / kTile, c = col0 + e % kTile;
             dH[e] = rounded(dS[e], p.state);
-            if (c < V) x.dH[(slot * K + dd) * V + c] = dH[e];
+            if (c < V) store(x.dH, p.state, (slot * K + dd) * V + c, dH[e]);
         }
         __syncthreads();
         // dv_new = kg dH + A_qkᵀ dO
@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(kThreads)
         // place, which dv_new has read
         for (int e = tid; e < L * K; e += kThreads) {
             const int64_t i = e / K, dd = e % K;
-            X[i * KP + dd] = x.f.qn[((r0 + i) * p.heads + h) * K + dd] * expf(G[i * gs + dd]);
+            X[i * KP + dd] =
+                load(x.f.qn, in, ((r0 + i) * p.heads + h) * K + dd) * expf(G[i * gs + dd]);
         }
         __syncthreads();
         for (int e = tid; e < K * kTile; e += kThreads) {
@@ -214,6 +215,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     values_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
+    const DType in = p.q.dtype;
     const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
     const int64_t slot = blockIdx.x;
     const int hv = blockIdx.y;
@@ -254,8 +256,8 @@ __global__ void __launch_bounds__(kThreads)
             const int dd = e / kCols, c = e % kCols;
             const bool ok = c < nc;
             const int64_t o = state + int64_t(dd) * V + c0 + c;
-            h[dd * kColRow + c] = ok ? x.f.h[o] : 0.f;
-            dH[dd * kColRow + c] = ok ? x.dH[o] : 0.f;
+            h[dd * kColRow + c] = ok ? load(x.f.h, p.state, o) : 0.f;
+            dH[dd * kColRow + c] = ok ? load(x.dH, p.state, o) : 0.f;
         }
         for (int e = tid; e < L * kCols; e += kThreads) {
             const int i = e / kCols, c = e % kCols;
@@ -263,7 +265,7 @@ __global__ void __launch_bounds__(kThreads)
             const int64_t vo = ((r0 + i) * HV + hv) * V + c0 + c;
             dO[i * kColRow + c] =
                 ok ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0 + i, hv) + c0 + c) : 0.f;
-            vn[i * kColRow + c] = ok ? x.f.v_new[vo] : 0.f;
+            vn[i * kColRow + c] = ok ? load(x.f.v_new, in, vo) : 0.f;
             dvn[i * kColRow + c] = ok ? x.dvn[vo] : 0.f;
             vb[i * kColRow + c] =
                 ok ? beta[i] * load(p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0 + i, hv) + c0 + c)
@@ -310,6 +312,7 @@ __global__ void __launch_bounds__(kThreads)
 /// then G's cumsum and the gate.
 __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
+    const DType in = p.q.dtype;
     const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads;
     const int64_t slot = blockIdx.x;
     const int hv = blockIdx.y, h = hv / (HV / p.heads);
@@ -328,7 +331,7 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     float* beta = dov + C * C;  // [C]
     for (int e = tid; e < L * K; e += kThreads) {
         const int64_t i = e / K, dd = e % K, o = ((r0 + i) * HV + hv) * K + dd;
-        k[i * KP + dd] = x.f.kn[((r0 + i) * p.heads + h) * K + dd];
+        k[i * KP + dd] = load(x.f.kn, in, ((r0 + i) * p.heads + h) * K + dd);
         G[i * KP + dd] = x.f.G[o];
         Y[i * KP + dd] = x.dw[o];
     }
@@ -366,7 +369,7 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     __syncthreads();
     for (int e = tid; e < L * K; e += kThreads) {
         const int64_t i = e / K, dd = e % K;
-        Y[i * KP + dd] = x.f.qn[((r0 + i) * p.heads + h) * K + dd];
+        Y[i * KP + dd] = load(x.f.qn, in, ((r0 + i) * p.heads + h) * K + dd);
     }
     // dA = −X Tfᵀ, read below the diagonal only (A lives there)
     for (int e = tid; e < L * L; e += kThreads) {

@@ -13,17 +13,19 @@ namespace lav::cuda {
 /// C = 64 of the 227 KB a Hopper block may have.
 constexpr int kMaxKdaChunkKeys = 128;
 
-/// What the forward's passes hand each other in its workspace, and the backward reads, in fp32
-/// (each value as the contract stores it): rows as row() numbers them, chunks by chunk_slots().
+/// What the forward's passes hand each other in its workspace, and the backward reads, each value
+/// in the dtype the contract rounds it to (the input dtype `in`, the state dtype `st`; exact
+/// there), G, β and the backward's own values in fp32: rows as row() numbers them, chunks by
+/// chunk_slots().
 struct KdaChunkSaved {
-    float *qn = nullptr, *kn = nullptr;  ///< [rows, H, K] q̂, k̂
-    float* G = nullptr;                  ///< [rows, HV, K] the chunk-local cumsum of the log decay
-    float* beta = nullptr;               ///< [rows, HV] β as used
-    float* w = nullptr;                  ///< [rows, HV, K] round(Ti round(β k̂ e^G))
-    float* kg = nullptr;                 ///< [rows, HV, K] round(k̂ e^{G_last − G})
-    float* u = nullptr;                  ///< [rows, HV, V]
-    float* v_new = nullptr;              ///< [rows, HV, V]
-    float* h = nullptr;                  ///< [slots, HV, K, V] the state entering each chunk
+    void *qn = nullptr, *kn = nullptr;  ///< [rows, H, K] q̂, k̂ in `in`
+    float* G = nullptr;                 ///< [rows, HV, K] the chunk-local cumsum of the log decay
+    float* beta = nullptr;              ///< [rows, HV] β as used
+    void* w = nullptr;                  ///< [rows, HV, K] round(Ti round(β k̂ e^G)) in `in`
+    void* kg = nullptr;                 ///< [rows, HV, K] round(k̂ e^{G_last − G}) in `in`
+    void* u = nullptr;                  ///< [rows, HV, V] in `in`
+    void* v_new = nullptr;              ///< [rows, HV, V] in `in`
+    void* h = nullptr;                  ///< [slots, HV, K, V] the state entering each chunk, `st`
     /// the backward's only (nullptr in the forward): the rows of the fp32 inverse (I + A)⁻¹ and
     /// the fp32 W = (I + A)⁻¹ (β k̂ e^G), which the gradients read unrounded
     float* Tf = nullptr;  ///< [rows, HV, chunk]
