@@ -205,7 +205,9 @@ __global__ void __launch_bounds__(kThreads)
 /// Pass 3, a block per (chunk slot, value head): the sums over the value columns, kCols at a
 /// time, each thread adding to the elements it owns; the [C, K] sums kKeyPart keys at a time
 /// (the first round also takes the sums without a key axis).
-__global__ void __launch_bounds__(kThreads)
+// shared memory, not registers, bounds its blocks per multiprocessor: without the 1, ptxas kept
+// it to 64 registers and spilled
+__global__ void __launch_bounds__(kThreads, 1)
     values_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
     const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;

@@ -114,7 +114,9 @@ __global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, Delt
 
 /// Pass 2b, a block per (sequence, value head, kTile value columns). One key tile at a time
 /// (k̂ e^{G_last − G} for dv_new, then q̂ e^G and W for dS).
-__global__ void __launch_bounds__(kThreads)
+// shared memory, not registers, bounds its blocks per multiprocessor: without the 1, ptxas kept
+// it to 64 registers and spilled
+__global__ void __launch_bounds__(kThreads, 1)
     state_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
     const DType in = p.q.dtype;
