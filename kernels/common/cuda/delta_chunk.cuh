@@ -1,7 +1,8 @@
-// kernels/common/cuda/delta_chunk.cuh — what the chunk kernels of the delta rules
-// (delta_chunk*.cu) and of kda (kda_chunk*.cu) share: their block size and launch, the rows of
-// q̂ and k̂ as they read them, the solve for (I + A)⁻¹ and products with it, the backward's
-// sums over value columns without a key axis, and its last pass.
+// kernels/common/cuda/delta_chunk.cuh — what the delta rules' and kda's chunk kernels share.
+//
+// delta_chunk*.cu and kda_chunk*.cu: their block size and launch, their workspaces' layout, the
+// rows of q̂ and k̂ as they read them, the solve for (I + A)⁻¹ and products with its transpose,
+// the backward's sums over value columns without a key axis, and its last pass.
 #pragma once
 
 #include <cuda_runtime.h>
