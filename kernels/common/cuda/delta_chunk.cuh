@@ -22,6 +22,31 @@ constexpr int kDeltaChunkThreads = 256;
 constexpr int kChunkCols = 16;
 constexpr int kChunkColRow = kChunkCols + 1;
 
+/// A rows × cols tile of a 32- or 16-bit array in dtype d into fp32 dst (row pitch dst_pitch):
+/// row r, column j is element at + r · pitch + col0 + j, or 0 where col0 + j ≥ width. Eight loads
+/// are issued before the first is widened: load()'s dtype switch inside a loop made each load
+/// wait out the last one's latency, which the passes through the chunks in order cannot hide.
+__device__ __forceinline__ void load_tile(float* dst, int dst_pitch, int rows, int cols,
+                                          const void* src, DType d, int64_t at, int64_t pitch,
+                                          int col0 = 0, int width = 1 << 30) {
+    constexpr int kBatch = 8;
+    const int n = rows * cols;
+    for (int e0 = threadIdx.x; e0 < n; e0 += kBatch * kDeltaChunkThreads) {
+        uint32_t bits[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int e = e0 + b * kDeltaChunkThreads, j = e % cols;
+            const bool ok = e < n && col0 + j < width;
+            bits[b] = ok ? raw(src, d, at + int64_t(e / cols) * pitch + col0 + j) : 0u;
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int e = e0 + b * kDeltaChunkThreads;
+            if (e < n) dst[e / cols * dst_pitch + e % cols] = widen(bits[b], d);
+        }
+    }
+}
+
 /// Sets the dynamic shared memory `kernel` may take (`floats` fp32 elements), and launches it
 /// with kDeltaChunkThreads threads a block.
 template <typename... Params, typename... Args>

@@ -88,11 +88,8 @@ __global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, Delt
     float* q = sm;          // [C, K] q̂
     float* k = q + C * K;   // [C, KP] k̂
     float* G = k + C * KP;  // [C]
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int64_t i = e / K, dd = e % K;
-        q[e] = load(x.f.qn, in, ((r0 + i) * p.heads + h) * K + dd);
-        k[i * KP + dd] = load(x.f.kn, in, ((r0 + i) * p.heads + h) * K + dd);
-    }
+    load_tile(q, K, L, K, x.f.qn, in, (r0 * p.heads + h) * K, p.heads * K);
+    load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, p.heads * K);
     for (int i = tid; i < L; i += kThreads) G[i] = x.f.G[(r0 + i) * HV + hv];
     __syncthreads();
     for (int e = tid; e < L * L; e += kThreads) {
@@ -125,16 +122,10 @@ __global__ void __launch_bounds__(kThreads)
     float* G = dH + K * kTile;    // [C]
     float* q_scale = G + C;       // [C] exp(G) scale
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
-    for (int e = tid; e < K * kTile; e += kThreads) {
-        const int dd = e / kTile, c = col0 + e % kTile;
-        dS[e] = d.dht != nullptr && c < V ? load(d.dht, p.state, state + int64_t(dd) * V + c) : 0.f;
-    }
+    load_tile(dS, kTile, K, kTile, d.dht, p.state, state, V, col0, d.dht != nullptr ? V : 0);
     // a [C, K] tile of per-row values in the padded rows of X
     const auto load_rows = [&](const void* src, int64_t r0, int L, int heads, int head) {
-        for (int e = tid; e < L * K; e += kThreads) {
-            const int64_t i = e / K, dd = e % K;
-            X[i * KP + dd] = load(src, p.q.dtype, ((r0 + i) * heads + head) * K + dd);
-        }
+        load_tile(X, KP, L, K, src, p.q.dtype, (r0 * heads + head) * K, int64_t(heads) * K);
     };
     const int64_t first = first_slot(p.seqs, C, n, s);
     for (int64_t ch = (s.len + C - 1) / C; ch-- > 0;) {
@@ -147,10 +138,8 @@ __global__ void __launch_bounds__(kThreads)
             const int i = e / L, j = e % L;
             P[i * C + j] = x.dov[(slot * C + i) * C + j];
         }
-        for (int e = tid; e < L * kTile; e += kThreads) {
-            const int i = e / kTile, c = col0 + e % kTile;
-            dO[e] = c < V ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, s, t0 + i, hv) + c) : 0.f;
-        }
+        load_tile(dO, kTile, L, kTile, d.d_o.data, d.d_o.dtype, at(d.d_o, s, t0, hv), d.d_o.st,
+                  col0, V);
         for (int i = tid; i < L; i += kThreads) {
             G[i] = x.f.G[(r0 + i) * HV + hv];
             q_scale[i] = expf(G[i]) * p.scale;

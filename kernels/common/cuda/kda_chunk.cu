@@ -180,24 +180,15 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Kda
     float* hs = S + K * kTile;     // [K, kTile] the state as stored
     float* last = hs + K * kTile;  // [K] exp(G_last)
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
-    for (int e = tid; e < K * kTile; e += kThreads) {
-        const int d = e / kTile, c = col0 + e % kTile;
-        S[e] = p.h0 != nullptr && c < V ? load(p.h0, p.state, state + int64_t(d) * V + c) : 0.f;
-    }
+    load_tile(S, kTile, K, kTile, p.h0, p.state, state, V, col0, p.h0 != nullptr ? V : 0);
     const int64_t first = first_slot(p.seqs, C, n, s);
     for (int64_t ch = 0; ch * C < s.len; ++ch) {
         const int64_t t0 = ch * C, r0 = row(p.seqs, s, t0);
         const int L = int(s.len - t0 < C ? s.len - t0 : C);
         __syncthreads();  // the previous chunk is done with every tile
-        for (int e = tid; e < L * K; e += kThreads) {
-            const int64_t i = e / K, d = e % K, o = ((r0 + i) * HV + hv) * K + d;
-            w[e] = load(x.w, in, o);
-            kg[e] = load(x.kg, in, o);
-        }
-        for (int e = tid; e < L * kTile; e += kThreads) {
-            const int i = e / kTile, c = col0 + e % kTile;
-            vn[e] = c < V ? load(x.u, in, ((r0 + i) * HV + hv) * V + c) : 0.f;
-        }
+        load_tile(w, K, L, K, x.w, in, (r0 * HV + hv) * K, HV * K);
+        load_tile(kg, K, L, K, x.kg, in, (r0 * HV + hv) * K, HV * K);
+        load_tile(vn, kTile, L, kTile, x.u, in, (r0 * HV + hv) * V, HV * V, col0, V);
         for (int d = tid; d < K; d += kThreads)
             last[d] = expf(x.G[((r0 + L - 1) * HV + hv) * K + d]);
         // the state as stored (FLA's h) is what v_new and the output read
@@ -254,12 +245,9 @@ __global__ void __launch_bounds__(kThreads) chunk_out(DeltaChunkProblem p, KdaCh
     float* P = G + C * KP;       // [C, C] A_qk as stored
     float* hs = P + C * C;       // [K, kTile] h as stored
     float* vn = hs + K * kTile;  // [C, kTile] v_new
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int i = e / K, d = e % K;
-        q[i * KP + d] = load(x.qn, in, ((r0 + i) * p.heads + h) * K + d);
-        k[i * KP + d] = load(x.kn, in, ((r0 + i) * p.heads + h) * K + d);
-        G[i * KP + d] = x.G[((r0 + i) * HV + hv) * K + d];
-    }
+    load_tile(q, KP, L, K, x.qn, in, (r0 * p.heads + h) * K, p.heads * K);
+    load_tile(k, KP, L, K, x.kn, in, (r0 * p.heads + h) * K, p.heads * K);
+    load_tile(G, KP, L, K, x.G, DType::f32, (r0 * HV + hv) * K, HV * K);
     __syncthreads();
     // A_qk = round(scale Σ_d (q̂_id k̂_jd) exp(G_id − G_jd)) for j ≤ i
     for (int e = tid; e < L * L; e += kThreads) {
@@ -280,14 +268,8 @@ __global__ void __launch_bounds__(kThreads) chunk_out(DeltaChunkProblem p, KdaCh
     const int64_t state = (slot * HV + hv) * K * V;
     for (int c0 = 0; c0 < V; c0 += kTile) {
         __syncthreads();  // qg is in, or the previous columns are done
-        for (int e = tid; e < K * kTile; e += kThreads) {
-            const int d = e / kTile, c = c0 + e % kTile;
-            hs[e] = c < V ? load(x.h, p.state, state + int64_t(d) * V + c) : 0.f;
-        }
-        for (int e = tid; e < L * kTile; e += kThreads) {
-            const int i = e / kTile, c = c0 + e % kTile;
-            vn[e] = c < V ? load(x.v_new, in, ((r0 + i) * HV + hv) * V + c) : 0.f;
-        }
+        load_tile(hs, kTile, K, kTile, x.h, p.state, state, V, c0, V);
+        load_tile(vn, kTile, L, kTile, x.v_new, in, (r0 * HV + hv) * V, HV * V, c0, V);
         __syncthreads();
         // o = A_qk v_new + (qg h) scale
         for (int e = tid; e < L * kTile; e += kThreads) {

@@ -93,12 +93,9 @@ __global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, Delt
     float* q = sm;          // [C, KP] q̂
     float* k = q + C * KP;  // [C, KP] k̂
     float* G = k + C * KP;  // [C, KP]
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int64_t i = e / K, dd = e % K;
-        q[i * KP + dd] = load(x.f.qn, in, ((r0 + i) * p.heads + h) * K + dd);
-        k[i * KP + dd] = load(x.f.kn, in, ((r0 + i) * p.heads + h) * K + dd);
-        G[i * KP + dd] = x.f.G[((r0 + i) * HV + hv) * K + dd];
-    }
+    load_tile(q, KP, L, K, x.f.qn, in, (r0 * p.heads + h) * K, p.heads * K);
+    load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, p.heads * K);
+    load_tile(G, KP, L, K, x.f.G, DType::f32, (r0 * HV + hv) * K, HV * K);
     __syncthreads();
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
@@ -133,10 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float* dH = dS + K * kTile;    // [K, kTile] dS as stored, then the dO term of the new dS
     float* last = dH + K * kTile;  // [K] exp(G_last)
     const int64_t state = (int64_t(n) * HV + hv) * K * V, gs = int64_t(HV) * K;
-    for (int e = tid; e < K * kTile; e += kThreads) {
-        const int dd = e / kTile, c = col0 + e % kTile;
-        dS[e] = d.dht != nullptr && c < V ? load(d.dht, p.state, state + int64_t(dd) * V + c) : 0.f;
-    }
+    load_tile(dS, kTile, K, kTile, d.dht, p.state, state, V, col0, d.dht != nullptr ? V : 0);
     const int64_t first = first_slot(p.seqs, C, n, s);
     for (int64_t ch = (s.len + C - 1) / C; ch-- > 0;) {
         const int64_t t0 = ch * C;
@@ -144,21 +138,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t r0 = row(p.seqs, s, t0), slot = (first + ch) * HV + hv;
         const float* G = x.f.G + (r0 * HV + hv) * K;  // row i at G[i * gs]
         __syncthreads();                              // the later chunk is done with every tile
-        // kg in fp32 (the backward's), k̂ exp(G_last − G)
+        // kg in fp32 (the backward's), k̂ exp(G_last − G): each thread scales the elements
+        // load_tile gave it
+        load_tile(X, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, p.heads * K);
         for (int e = tid; e < L * K; e += kThreads) {
             const int64_t i = e / K, dd = e % K;
-            X[i * KP + dd] = load(x.f.kn, in, ((r0 + i) * p.heads + h) * K + dd) *
-                             expf(G[(L - 1) * gs + dd] - G[i * gs + dd]);
+            X[i * KP + dd] *= expf(G[(L - 1) * gs + dd] - G[i * gs + dd]);
         }
         for (int dd = tid; dd < K; dd += kThreads) last[dd] = expf(G[(L - 1) * gs + dd]);
         for (int e = tid; e < L * L; e += kThreads) {
             const int i = e / L, j = e % L;
             P[i * C + j] = x.P[(slot * C + i) * C + j];
         }
-        for (int e = tid; e < L * kTile; e += kThreads) {
-            const int i = e / kTile, c = col0 + e % kTile;
-            dO[e] = c < V ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, s, t0 + i, hv) + c) : 0.f;
-        }
+        load_tile(dO, kTile, L, kTile, d.d_o.data, d.d_o.dtype, at(d.d_o, s, t0, hv), d.d_o.st,
+                  col0, V);
         // the stored copy of dS, which this chunk's passes read
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int dd = e / kTile, c = col0 + e % kTile;
@@ -179,11 +172,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();
         // dS ← exp(G_last) ⊙ dS + scale (q̂ ⊙ exp(G))ᵀ dO − Wᵀ dv_new: the middle term into dH's
         // place, which dv_new has read
-        for (int e = tid; e < L * K; e += kThreads) {
-            const int64_t i = e / K, dd = e % K;
-            X[i * KP + dd] =
-                load(x.f.qn, in, ((r0 + i) * p.heads + h) * K + dd) * expf(G[i * gs + dd]);
-        }
+        load_tile(X, KP, L, K, x.f.qn, in, (r0 * p.heads + h) * K, p.heads * K);
+        for (int e = tid; e < L * K; e += kThreads)
+            X[e / K * KP + e % K] *= expf(G[e / K * gs + e % K]);
         __syncthreads();
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int dd = e / kTile, c = e % kTile;
