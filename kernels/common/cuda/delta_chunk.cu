@@ -1,5 +1,6 @@
 // kernels/common/cuda/delta_chunk.cu — the delta rule's chunk (WY / UT) forward on CUDA for
-// delta_rule and gated_delta_rule, in fp32 FMA arithmetic (no tensor cores yet).
+// delta_rule and gated_delta_rule, in fp32 FMA arithmetic but for the output pass of 16-bit
+// inputs, which runs on tensor cores (delta_chunk_out_tc.cu).
 //
 // Three passes, as the chunk form splits the work: what is local to a chunk runs for every
 // chunk side by side, and only the state runs through the chunks in order.
@@ -12,7 +13,7 @@
 //     S ← e^{G_last} S + k̂ᵀ round(v_new e^{G_last − G});
 //  3. a block per (chunk, value head): o = scale [(q̂ h) e^G + round(q̂ k̂ᵀ ⊙ e^{G_i − G_j}) v_new].
 // Each value is rounded where the CPU chunk forward's contract stores it (common/cpu/delta_chunk.h
-// chunk_fwd), and every sum runs in that forward's order. The passes hand their values over in
+// chunk_fwd), and the FMA passes sum in that forward's order. The passes hand their values over in
 // the workspace (DeltaChunkSaved), which the backward reads too.
 #include <cuda_runtime.h>
 
@@ -300,9 +301,13 @@ void delta_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t 
     launch_chunk_kernel(chunk_state,
                         dim3(unsigned(p.seqs.n) * HV, unsigned((p.dv + kTile - 1) / kTile)),
                         state_floats(p.dk, p.chunk), stream, p, x);
-    if (slots > 0 && p.o.data != nullptr)
-        launch_chunk_kernel(chunk_out, dim3(unsigned(slots), HV), out_floats(p.dk, p.chunk), stream,
-                            p, x);
+    if (slots > 0 && p.o.data != nullptr) {
+        if (p.q.dtype != DType::f32)
+            delta_chunk_out_tc(p, x, slots, stream);
+        else
+            launch_chunk_kernel(chunk_out, dim3(unsigned(slots), HV), out_floats(p.dk, p.chunk),
+                                stream, p, x);
+    }
     LAV_CUDA_CHECK(cudaGetLastError(), "delta_chunk_fwd");
 }
 

@@ -22,13 +22,14 @@ constexpr int kDeltaChunkThreads = 256;
 constexpr int kChunkCols = 16;
 constexpr int kChunkColRow = kChunkCols + 1;
 
-/// A rows × cols tile of a 32- or 16-bit array in dtype d into fp32 dst (row pitch dst_pitch):
-/// row r, column j is element at + r · pitch + col0 + j, or 0 where col0 + j ≥ width. Eight loads
-/// are issued before the first is widened: load()'s dtype switch inside a loop made each load
-/// wait out the last one's latency, which the passes through the chunks in order cannot hide.
-__device__ __forceinline__ void load_tile(float* dst, int dst_pitch, int rows, int cols,
-                                          const void* src, DType d, int64_t at, int64_t pitch,
-                                          int col0 = 0, int width = 1 << 30) {
+/// put(r, j, x) for each row r < rows and column j < cols of a tile of a 32- or 16-bit array in
+/// dtype d: x is element at + r · pitch + col0 + j, or 0 where col0 + j ≥ width. Each thread
+/// issues eight loads before it widens the first: load()'s dtype switch inside a loop made each
+/// load wait out the last one's latency, which the passes through the chunks in order cannot hide.
+template <typename Put>
+__device__ __forceinline__ void gather_tile(int rows, int cols, const void* src, DType d,
+                                            int64_t at, int64_t pitch, int col0, int width,
+                                            Put&& put) {
     constexpr int kBatch = 8;
     const int n = rows * cols;
     for (int e0 = threadIdx.x; e0 < n; e0 += kBatch * kDeltaChunkThreads) {
@@ -42,9 +43,17 @@ __device__ __forceinline__ void load_tile(float* dst, int dst_pitch, int rows, i
 #pragma unroll
         for (int b = 0; b < kBatch; ++b) {
             const int e = e0 + b * kDeltaChunkThreads;
-            if (e < n) dst[e / cols * dst_pitch + e % cols] = widen(bits[b], d);
+            if (e < n) put(e / cols, e % cols, widen(bits[b], d));
         }
     }
+}
+
+/// gather_tile into fp32 dst of row pitch dst_pitch.
+__device__ __forceinline__ void load_tile(float* dst, int dst_pitch, int rows, int cols,
+                                          const void* src, DType d, int64_t at, int64_t pitch,
+                                          int col0 = 0, int width = 1 << 30) {
+    gather_tile(rows, cols, src, d, at, pitch, col0, width,
+                [&](int r, int j, float x) { dst[r * dst_pitch + j] = x; });
 }
 
 /// Sets the dynamic shared memory `kernel` may take (`floats` fp32 elements), and launches it

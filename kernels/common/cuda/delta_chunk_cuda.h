@@ -51,6 +51,11 @@ int64_t delta_chunk_fwd_workspace_floats(const DeltaChunkProblem& p);
 /// delta_chunk_saved().
 void delta_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream);
 
+/// The forward's output pass on tensor cores, for 16-bit inputs: over `slots` chunk slots, from
+/// the workspace x the forward's first two passes filled.
+void delta_chunk_out_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, int64_t slots,
+                        cudaStream_t stream);
+
 /// Scratch of the chunk backward in fp32 elements.
 int64_t delta_chunk_workspace_floats(const DeltaChunkProblem& p);
 
