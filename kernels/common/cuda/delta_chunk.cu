@@ -1,6 +1,6 @@
 // kernels/common/cuda/delta_chunk.cu — the delta rule's chunk (WY / UT) forward on CUDA for
-// delta_rule and gated_delta_rule, in fp32 FMA arithmetic but for the output pass of 16-bit
-// inputs, which runs on tensor cores (delta_chunk_out_tc.cu).
+// delta_rule and gated_delta_rule, in fp32 FMA arithmetic; with bf16 inputs (or fp16 ones and an
+// fp16 state) passes 2 and 3 run on tensor cores (delta_chunk_tc.cu).
 //
 // Three passes, as the chunk form splits the work: what is local to a chunk runs for every
 // chunk side by side, and only the state runs through the chunks in order.
@@ -298,11 +298,17 @@ void delta_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t 
     if (slots > 0)
         launch_chunk_kernel(chunk_prep, dim3(unsigned(slots), HV), prep_floats(p.dk, p.chunk),
                             stream, p, x);
-    launch_chunk_kernel(chunk_state,
-                        dim3(unsigned(p.seqs.n) * HV, unsigned((p.dv + kTile - 1) / kTile)),
-                        state_floats(p.dk, p.chunk), stream, p, x);
+    // passes 2 and 3 on tensor cores where h fits the input type's range (delta_chunk_tc.cu)
+    const bool tensor_cores =
+        p.q.dtype == DType::bf16 || (p.q.dtype == DType::f16 && p.state == DType::f16);
+    if (tensor_cores)
+        delta_chunk_state_tc(p, x, stream);
+    else
+        launch_chunk_kernel(chunk_state,
+                            dim3(unsigned(p.seqs.n) * HV, unsigned((p.dv + kTile - 1) / kTile)),
+                            state_floats(p.dk, p.chunk), stream, p, x);
     if (slots > 0 && p.o.data != nullptr) {
-        if (p.q.dtype != DType::f32)
+        if (tensor_cores)
             delta_chunk_out_tc(p, x, slots, stream);
         else
             launch_chunk_kernel(chunk_out, dim3(unsigned(slots), HV), out_floats(p.dk, p.chunk),

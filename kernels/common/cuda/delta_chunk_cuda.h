@@ -51,8 +51,13 @@ int64_t delta_chunk_fwd_workspace_floats(const DeltaChunkProblem& p);
 /// delta_chunk_saved().
 void delta_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream);
 
-/// The forward's output pass on tensor cores, for 16-bit inputs: over `slots` chunk slots, from
-/// the workspace x the forward's first two passes filled.
+/// The forward's state pass on tensor cores, for bf16 inputs or fp16 ones with an fp16 state:
+/// from the workspace x the first pass filled.
+void delta_chunk_state_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
+                          cudaStream_t stream);
+
+/// The forward's output pass on tensor cores, as delta_chunk_state_tc: over `slots` chunk slots,
+/// from the workspace x the forward's first two passes filled.
 void delta_chunk_out_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, int64_t slots,
                         cudaStream_t stream);
 

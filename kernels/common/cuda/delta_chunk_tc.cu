@@ -1,0 +1,321 @@
+// kernels/common/cuda/delta_chunk_tc.cu — the delta rules' chunk state and output passes on tensor
+// cores (mma.sync m16n8k16, fp32 accumulation) for 16-bit inputs.
+//
+// The blocks of the FMA passes 2 and 3 (delta_chunk.cu), with each value rounded in the same
+// place: the state pass carries the fp32 state S through the chunks (h = round(S),
+// v_new = round(u − w h), S ← e^{G_last} S + k̂ᵀ round(v_new e^{G_last − G})), the output pass forms
+// o = scale [(q̂ h) e^G + round(q̂ k̂ᵀ ⊙ e^{G_i − G_j}) v_new]. q̂, k̂, w, v_new and the other
+// rounded operands are in the input dtype, so their products are exact; h in a wider state dtype
+// goes in as three 16-bit parts that add up to it, so its products are too. Only the fp32
+// summation order differs from the FMA passes and the CPU contract. bf16 inputs, or fp16 ones
+// with an fp16 state: the parts of a wider state in fp16 could overflow.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "common/cuda/cuda_check.h"
+#include "common/cuda/delta_chunk.cuh"
+#include "common/cuda/tensor_core.cuh"
+
+namespace lav::cuda {
+namespace {
+
+constexpr int kRows = 64;       // rows of a chunk tile: chunks of up to 64 steps
+constexpr int kCols = 64;       // value columns per step of the output pass
+constexpr int kStateCols = 32;  // value columns per block of the state pass
+static_assert(kDeltaChunkThreads == kTensorCoreThreads, "eight warps: four row blocks, two halves");
+
+/// kRows × KT elements from 16-bit src (row r at at + r · pitch, K wide) into dst, zeros past
+/// `rows` valid ones and past K.
+template <typename T, int KT>
+__device__ void load_keys(T (*dst)[KT + 8], const void* src, int64_t at, int64_t pitch, int rows,
+                          int K) {
+    const auto* s = static_cast<const unsigned short*>(src);
+    for (int e = threadIdx.x; e < kRows * KT; e += kDeltaChunkThreads) {
+        const int r = e / KT, d = e % KT;
+        const unsigned short b = r < rows && d < K ? s[at + int64_t(r) * pitch + d] : 0;
+        dst[r][d] = *reinterpret_cast<const T*>(&b);
+    }
+}
+
+/// Parts of h in T that add up to it to fp32's precision (each part rounds what the ones before
+/// left out): the products with h are then exact as the FMA passes' are. Parts past the first
+/// are zero where T holds h.
+constexpr int kParts = 3;
+
+template <typename T, int R, int P>
+__device__ __forceinline__ void split_state(T (*parts)[R][P], int d, int c, float h) {
+#pragma unroll
+    for (int q = 0; q < kParts; ++q) {
+        parts[q][d][c] = Half16<T>::from(h);
+        h -= Half16<T>::to(parts[q][d][c]);
+    }
+}
+
+/// acc += a·(the first `parts` parts of h) for the B fragment (contraction k0, columns n0) of h
+/// stored [contraction][column].
+template <typename T, int R, int P>
+__device__ __forceinline__ void mma_parts(float (&acc)[4], const uint32_t (&a)[4],
+                                          const T (*h)[R][P], int parts, int k0, int n0) {
+    uint32_t b[2];
+    for (int q = 0; q < parts; ++q) {
+        fragment_b_rows(b, h[q], k0, n0);
+        Half16<T>::mma(acc, a, b);
+    }
+}
+
+/// Zeros rows [from, R) of a tile.
+template <typename T, int R, int P>
+__device__ void zero_rows(T (*x)[P], int from) {
+    for (int e = threadIdx.x; e < (R - from) * P; e += kDeltaChunkThreads)
+        x[from + e / P][e % P] = Half16<T>::from(0.f);
+}
+
+/// The state pass's tiles; pitches of 8 extra elements keep ldmatrix's rows on distinct banks.
+template <typename T, int KT>
+struct StateTiles {
+    alignas(16) T w[kRows][KT + 8];
+    alignas(16) T k[kRows][KT + 8];
+    alignas(16) T h[kParts][KT][kStateCols + 8];  // h = round(S) in parts
+    alignas(16) T vd[kRows][kStateCols + 8];      // round(v_new e^{G_last − G})
+    float u[kRows][kStateCols];
+    float S[KT][kStateCols];  // the carried state
+    float to_end[kRows];      // exp(G_last − G)
+};
+
+// two blocks a multiprocessor at keys up to 128: registers up to 128
+template <typename T, int KT>
+__global__ void __launch_bounds__(kDeltaChunkThreads, 2)
+    chunk_state_tc(DeltaChunkProblem p, DeltaChunkSaved x) {
+    extern __shared__ float sm[];
+    auto& s = *reinterpret_cast<StateTiles<T, KT>*>(sm);
+    const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int n = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / p.heads);
+    const int col0 = blockIdx.y * kStateCols;
+    const Span sp = span(p.seqs, n);
+    const int tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    const DType in = p.q.dtype;
+    const int parts = p.state == in ? 1 : kParts;
+    const int64_t state = (int64_t(n) * HV + hv) * K * V;
+    load_tile(&s.S[0][0], kStateCols, K, kStateCols, p.h0, p.state, state, V, col0,
+              p.h0 != nullptr ? V : 0);
+    // h's rows past K stay zero: w's columns there are too, but 0 · NaN would not be
+    for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.h[q], K);
+    const int64_t first = first_slot(p.seqs, C, n, sp);
+    for (int64_t ch = 0; ch * C < sp.len; ++ch) {
+        const int64_t t0 = ch * C, r0 = row(p.seqs, sp, t0);
+        const int L = int(sp.len - t0 < C ? sp.len - t0 : C);
+        const float G_last = x.G[(r0 + L - 1) * HV + hv];
+        __syncthreads();  // the previous chunk is done with every tile
+        load_keys<T, KT>(s.w, x.w, (r0 * HV + hv) * K, int64_t(HV) * K, L, K);
+        load_keys<T, KT>(s.k, x.kn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
+        load_tile(&s.u[0][0], kStateCols, L, kStateCols, x.u, in, (r0 * HV + hv) * V,
+                  int64_t(HV) * V, col0, V);
+        for (int i = tid; i < L; i += kDeltaChunkThreads)
+            s.to_end[i] = expf(G_last - x.G[(r0 + i) * HV + hv]);
+        // the state as stored (FLA's h) is what v_new and the output read
+        for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
+            const int d = e / kStateCols, c = e % kStateCols;
+            const float S = s.S[d][c], hs = rounded(S, p.state);
+            split_state(s.h, d, c, hs);
+            if (col0 + c >= V) continue;
+            store(x.h, p.state, (((first + ch) * HV + hv) * K + d) * V + col0 + c, hs);
+            if (p.h != nullptr)
+                store(p.h, p.state,
+                      ((p.first_chunk[n] + ch) * HV + hv) * K * V + int64_t(d) * V + col0 + c, S);
+        }
+        __syncthreads();
+        {
+            // v_new = round(u − w h): warp w takes rows rb + [0, 16), columns cb + [0, 16)
+            const int rb = 16 * (warp % 4), cb = 16 * (warp / 4);
+            float acc[2][4] = {};
+            uint32_t a[4];
+            for (int kk = 0; kk < KT; kk += 16) {
+                fragment_a(a, s.w, rb, kk);
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) mma_parts(acc[nt], a, s.h, parts, kk, cb + 8 * nt);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int i = rb + g + u / 2 * 8, c = cb + 8 * nt + 2 * t + u % 2;
+                    float vd = 0.f;
+                    if (i < L) {
+                        const float v_new = rounded(s.u[i][c] - acc[nt][u], in);
+                        if (col0 + c < V)
+                            store(x.v_new, in, ((r0 + i) * HV + hv) * V + col0 + c, v_new);
+                        vd = v_new * s.to_end[i];
+                    }
+                    s.vd[i][c] = Half16<T>::from(vd);
+                }
+        }
+        __syncthreads();
+        // S ← e^{G_last} S + k̂ᵀ vd: [KT, kStateCols] tiles of 16 × 8, warp w every eighth
+        const float last = expf(G_last);
+        for (int q = warp; q < KT / 16 * (kStateCols / 8); q += kDeltaChunkThreads / 32) {
+            const int db = 16 * (q / (kStateCols / 8)), n0 = 8 * (q % (kStateCols / 8));
+            if (db >= K) continue;
+            float acc[4] = {};
+            uint32_t a[4], b[2];
+            for (int jj = 0; jj < kRows; jj += 16) {
+                fragment_a_rows(a, s.k, jj, db);
+                fragment_b_rows(b, s.vd, jj, n0);
+                Half16<T>::mma(acc, a, b);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int d = db + g + u / 2 * 8, c = n0 + 2 * t + u % 2;
+                if (d < K) s.S[d][c] = s.S[d][c] * last + acc[u];
+            }
+        }
+    }
+    __syncthreads();
+    if (p.ht == nullptr) return;
+    for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
+        const int d = e / kStateCols, c = col0 + e % kStateCols;
+        if (c < V) store(p.ht, p.state, state + int64_t(d) * V + c, s.S[d][e % kStateCols]);
+    }
+}
+
+/// The output pass's tiles.
+template <typename T, int KT>
+struct OutTiles {
+    alignas(16) T q[kRows][KT + 8];
+    alignas(16) T k[kRows][KT + 8];
+    alignas(16) T P[kRows][kRows + 8];       // the rounded scores, zero above the diagonal
+    alignas(16) T h[kParts][KT][kCols + 8];  // h as stored, in parts
+    alignas(16) T v[kRows][kCols + 8];       // v_new
+    float G[kRows];
+};
+
+// ptxas, left alone, kept to 80 and spilled
+template <typename T, int KT>
+__global__ void __launch_bounds__(kDeltaChunkThreads, 2)
+    chunk_out_tc(DeltaChunkProblem p, DeltaChunkSaved x) {
+    extern __shared__ float sm[];
+    auto& s = *reinterpret_cast<OutTiles<T, KT>*>(sm);
+    const int K = p.dk, HV = p.value_heads, V = p.dv;
+    const int64_t slot = blockIdx.x;
+    const int hv = blockIdx.y, h = hv / (HV / p.heads);
+    const Chunk ck = chunk_at(p.seqs, p.chunk, slot);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x;
+    const int64_t r0 = row(p.seqs, ck.s, ck.c0);
+    const DType in = p.q.dtype;
+    load_keys<T, KT>(s.q, x.qn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
+    load_keys<T, KT>(s.k, x.kn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
+    for (int i = tid; i < kRows; i += kDeltaChunkThreads)
+        s.G[i] = i < L ? x.G[(r0 + i) * HV + hv] : 0.f;
+    // h's rows past K stay zero: q̂'s columns there are too, but 0 · NaN would not be
+    for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.h[q], K);
+    __syncthreads();
+    // warp w: rows rb + [0, 16), columns cb + [0, 32) of the scores and of each value step
+    const int warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    const int rb = 16 * (warp % 4), cb = 32 * (warp / 4);
+    {
+        float acc[4][4] = {};
+        uint32_t a[4], b[2];
+        // score tiles wholly above the diagonal stay zero
+        for (int kk = 0; kk < KT; kk += 16) {
+            fragment_a(a, s.q, rb, kk);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                if (cb + 8 * nt > rb + 15) continue;
+                fragment_b(b, s.k, cb + 8 * nt, kk);
+                Half16<T>::mma(acc[nt], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = rb + g + u / 2 * 8, j = cb + 8 * nt + 2 * t + u % 2;
+                const float v = j <= i && i < L ? acc[nt][u] * expf(s.G[i] - s.G[j]) : 0.f;
+                s.P[i][j] = Half16<T>::from(v);
+            }
+    }
+    const int parts = p.state == in ? 1 : kParts;
+    const int64_t state = (slot * HV + hv) * K * V;
+    for (int c0 = 0; c0 < V; c0 += kCols) {
+        __syncthreads();  // the scores are in, or the previous columns are done
+        gather_tile(K, kCols, x.h, p.state, state, V, c0, V,
+                    [&](int d, int c, float hd) { split_state(s.h, d, c, hd); });
+        const auto* vn = static_cast<const unsigned short*>(x.v_new);
+        for (int e = tid; e < kRows * kCols; e += kDeltaChunkThreads) {
+            const int i = e / kCols, c = e % kCols;
+            const unsigned short b =
+                i < L && c0 + c < V ? vn[((r0 + i) * HV + hv) * V + c0 + c] : 0;
+            s.v[i][c] = *reinterpret_cast<const T*>(&b);
+        }
+        __syncthreads();
+        float qh[4][4] = {}, pv[4][4] = {};
+        uint32_t a[4], b[2];
+        for (int kk = 0; kk < KT; kk += 16) {
+            fragment_a(a, s.q, rb, kk);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) mma_parts(qh[nt], a, s.h, parts, kk, cb + 8 * nt);
+        }
+        // the scores are zero past the diagonal block
+        for (int jj = 0; jj <= rb; jj += 16) {
+            fragment_a(a, s.P, rb, jj);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                fragment_b_rows(b, s.v, jj, cb + 8 * nt);
+                Half16<T>::mma(pv[nt], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = rb + g + u / 2 * 8, c = c0 + cb + 8 * nt + 2 * t + u % 2;
+                if (i >= L || c >= V) continue;
+                const float a_i = qh[nt][u] * expf(s.G[i]);
+                store(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c,
+                      (a_i + pv[nt][u]) * p.scale);
+            }
+    }
+}
+
+/// f(T{}, KT) for the problem's 16-bit input type T and its keys padded to KT = 64, 128 or 256.
+template <typename F>
+void with_tiles(const DeltaChunkProblem& p, F&& f) {
+    const auto keys = [&](auto type) {
+        if (p.dk <= 64) return f(type, std::integral_constant<int, 64>{});
+        if (p.dk <= 128) return f(type, std::integral_constant<int, 128>{});
+        f(type, std::integral_constant<int, 256>{});
+    };
+    if (p.q.dtype == DType::bf16)
+        keys(__nv_bfloat16{});
+    else
+        keys(__half{});
+}
+
+}  // namespace
+
+void delta_chunk_state_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
+                          cudaStream_t stream) {
+    with_tiles(p, [&](auto type, auto keys) {
+        using T = decltype(type);
+        constexpr int KT = decltype(keys)::value;
+        launch_chunk_kernel(chunk_state_tc<T, KT>,
+                            dim3(unsigned(p.seqs.n * p.value_heads),
+                                 unsigned((p.dv + kStateCols - 1) / kStateCols)),
+                            int64_t(sizeof(StateTiles<T, KT>) + 3) / 4, stream, p, x);
+    });
+}
+
+void delta_chunk_out_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, int64_t slots,
+                        cudaStream_t stream) {
+    with_tiles(p, [&](auto type, auto keys) {
+        using T = decltype(type);
+        constexpr int KT = decltype(keys)::value;
+        launch_chunk_kernel(chunk_out_tc<T, KT>, dim3(unsigned(slots), unsigned(p.value_heads)),
+                            int64_t(sizeof(OutTiles<T, KT>) + 3) / 4, stream, p, x);
+    });
+}
+
+}  // namespace lav::cuda
