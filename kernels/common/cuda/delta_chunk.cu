@@ -1,6 +1,6 @@
 // kernels/common/cuda/delta_chunk.cu — the delta rule's chunk (WY / UT) forward on CUDA for
 // delta_rule and gated_delta_rule, in fp32 FMA arithmetic; with bf16 inputs (or fp16 ones and an
-// fp16 state) passes 2 and 3 run on tensor cores (delta_chunk_tc.cu).
+// fp16 state) the three passes run on tensor cores (delta_chunk_tc.cu).
 //
 // Three passes, as the chunk form splits the work: what is local to a chunk runs for every
 // chunk side by side, and only the state runs through the chunks in order.
@@ -29,7 +29,6 @@ namespace lav::cuda {
 namespace {
 
 constexpr int kThreads = kDeltaChunkThreads;
-constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;  // value columns per block of the state pass, per step of the others
 
 int64_t prep_floats(int K, int C) {
@@ -44,10 +43,10 @@ int64_t out_floats(int K, int C) {
 __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, DeltaChunkSaved x) {
     extern __shared__ float sm[];
     const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads, V = p.dv;
-    const int hv = blockIdx.y, h = hv / (HV / p.heads);
+    const int hv = blockIdx.y;
     const Chunk ck = chunk_at(p.seqs, C, blockIdx.x);
     if (ck.len == 0) return;
-    const int L = ck.len, tid = threadIdx.x, warp = tid / 32;
+    const int L = ck.len, tid = threadIdx.x;
     const Span& s = ck.s;
     const int64_t t0 = ck.c0, r0 = row(p.seqs, s, t0);
     const DType in = p.q.dtype;
@@ -58,37 +57,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
     float* beta = vb + C * kTile;  // [C] β as used
     float* G = beta + C;           // [C] chunk-local cumsum of the log decay
     float* decay = G + C;          // [C] exp(G)
-    // one value head of each key head keeps q̂ and k̂
-    const bool keeps_keys = hv % (HV / p.heads) == 0;
-    // q̂ and k̂ rows, a warp per row
-    for (int i = warp; i < L; i += kWarps) {
-        const int64_t r = ((r0 + i) * p.heads + h) * K;
-        unit_row(p, p.k, s, t0 + i, h, k + i * KP, keeps_keys ? x.kn : nullptr, in, r);
-        if (keeps_keys) unit_row(p, p.q, s, t0 + i, h, nullptr, x.qn, in, r);
-    }
-    for (int i = tid; i < L; i += kThreads) {
-        beta[i] = activated_beta(p, load(p.beta.data, p.beta.dtype, at(p.beta, s, t0 + i, hv)));
-        float g = 0.f;
-        if (p.gate == DeltaGate::per_head) {
-            g = load(p.g.data, p.g.dtype, at(p.g, s, t0 + i, hv));
-            if (p.gate_in_kernel)
-                g = activated_gate(p, expf(p.A_log[hv]),
-                                   g + (p.dt_bias != nullptr ? p.dt_bias[hv] : 0.f));
-        }
-        G[i] = g;
-    }
-    __syncthreads();
-    if (tid == 0) {
-        // a running fp32 sum, as the CPU forms G
-        float acc = 0.f;
-        for (int i = 0; i < L; ++i) G[i] = acc += G[i];
-    }
-    __syncthreads();
-    for (int i = tid; i < L; i += kThreads) {
-        decay[i] = expf(G[i]);
-        x.G[(r0 + i) * HV + hv] = G[i];
-        x.beta[(r0 + i) * HV + hv] = beta[i];
-    }
+    prep_rows(p, x, ck, hv, k, KP, beta, G, decay);
     // A_ij = ((k̂_i·k̂_j) exp(G_i − G_j)) β_i below the diagonal, in fp32
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
@@ -295,12 +264,14 @@ void delta_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t 
     const DeltaChunkSaved x = delta_chunk_saved(p, workspace, floats);
     const int64_t slots = chunk_slots(p.seqs, p.chunk);
     const unsigned HV = unsigned(p.value_heads);
-    if (slots > 0)
-        launch_chunk_kernel(chunk_prep, dim3(unsigned(slots), HV), prep_floats(p.dk, p.chunk),
-                            stream, p, x);
-    // passes 2 and 3 on tensor cores where h fits the input type's range (delta_chunk_tc.cu)
+    // on tensor cores where h fits the input type's range (delta_chunk_tc.cu)
     const bool tensor_cores =
         p.q.dtype == DType::bf16 || (p.q.dtype == DType::f16 && p.state == DType::f16);
+    if (slots > 0 && tensor_cores)
+        delta_chunk_prep_tc(p, x, slots, stream);
+    else if (slots > 0)
+        launch_chunk_kernel(chunk_prep, dim3(unsigned(slots), HV), prep_floats(p.dk, p.chunk),
+                            stream, p, x);
     if (tensor_cores)
         delta_chunk_state_tc(p, x, stream);
     else

@@ -121,6 +121,51 @@ __device__ inline void unit_row(const DeltaChunkProblem& p, const Strided& src, 
     }
 }
 
+/// The delta rules' first pass, per row of chunk ck and value head hv: the k̂ rows into `k` (row
+/// stride kp, as stored), q̂ and k̂ into the workspace (by one value head of each key head), β as
+/// used, G the chunk-local cumsum of the log decay and decay = exp(G), G and β into the
+/// workspace too. By the whole block; the tiles are complete after its next barrier.
+__device__ inline void prep_rows(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
+                                 const Chunk& ck, int hv, float* k, int kp, float* beta, float* G,
+                                 float* decay) {
+    const int K = p.dk, HV = p.value_heads, h = hv / (HV / p.heads), L = ck.len;
+    const int tid = threadIdx.x, warps = kDeltaChunkThreads / 32;
+    const Span& s = ck.s;
+    const int64_t t0 = ck.c0, r0 = row(p.seqs, s, t0);
+    const DType in = p.q.dtype;
+    // one value head of each key head keeps q̂ and k̂
+    const bool keeps_keys = hv % (HV / p.heads) == 0;
+    // q̂ and k̂ rows, a warp per row
+    for (int i = tid / 32; i < L; i += warps) {
+        const int64_t r = ((r0 + i) * p.heads + h) * K;
+        unit_row(p, p.k, s, t0 + i, h, k + i * kp, keeps_keys ? x.kn : nullptr, in, r);
+        if (keeps_keys) unit_row(p, p.q, s, t0 + i, h, nullptr, x.qn, in, r);
+    }
+    for (int i = tid; i < L; i += kDeltaChunkThreads) {
+        beta[i] = activated_beta(p, load(p.beta.data, p.beta.dtype, at(p.beta, s, t0 + i, hv)));
+        float g = 0.f;
+        if (p.gate == DeltaGate::per_head) {
+            g = load(p.g.data, p.g.dtype, at(p.g, s, t0 + i, hv));
+            if (p.gate_in_kernel)
+                g = activated_gate(p, expf(p.A_log[hv]),
+                                   g + (p.dt_bias != nullptr ? p.dt_bias[hv] : 0.f));
+        }
+        G[i] = g;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        // a running fp32 sum, as the CPU forms G
+        float acc = 0.f;
+        for (int i = 0; i < L; ++i) G[i] = acc += G[i];
+    }
+    __syncthreads();
+    for (int i = tid; i < L; i += kDeltaChunkThreads) {
+        decay[i] = expf(G[i]);
+        x.G[(r0 + i) * HV + hv] = G[i];
+        x.beta[(r0 + i) * HV + hv] = beta[i];
+    }
+}
+
 /// (I + A) T = I for a strictly lower A ([L, L] of row stride C), by forward substitution row by
 /// row in fp32, each entry summed in ascending m (the CPU rows' order); by the whole block, which
 /// it leaves synchronised.

@@ -51,6 +51,11 @@ int64_t delta_chunk_fwd_workspace_floats(const DeltaChunkProblem& p);
 /// delta_chunk_saved().
 void delta_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream);
 
+/// The forward's first pass on tensor cores, for bf16 inputs or fp16 ones with an fp16 state:
+/// over `slots` chunk slots, into the workspace x.
+void delta_chunk_prep_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, int64_t slots,
+                         cudaStream_t stream);
+
 /// The forward's state pass on tensor cores, for bf16 inputs or fp16 ones with an fp16 state:
 /// from the workspace x the first pass filled.
 void delta_chunk_state_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x,

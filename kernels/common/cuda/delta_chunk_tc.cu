@@ -73,6 +73,126 @@ __device__ void zero_rows(T (*x)[P], int from) {
         x[from + e / P][e % P] = Half16<T>::from(0.f);
 }
 
+/// The first pass's tiles.
+template <typename T, int KT>
+struct PrepTiles {
+    alignas(16) T k[kRows][KT + 8];      // k̂, then kb = round(k̂ β e^G)
+    alignas(16) T Ti[kRows][kRows + 8];  // (I + A)⁻¹ as stored, zero above the diagonal
+    alignas(16) T vb[kRows][kCols + 8];  // round(v β)
+    float kf[kRows][KT + 1];             // the k̂ rows prep_rows leaves
+    float A[kRows][kRows];
+    float Tf[kRows][kRows];  // (I + A)⁻¹ in fp32
+    float beta[kRows], G[kRows], decay[kRows];
+};
+
+/// acc[n] += a·b over the lower-triangular rows [rb, rb + 16) of the 16-bit tile `lower` and
+/// the tile `x` stored [contraction][column], for the 8-column tiles n0[n]: the contraction
+/// stops at the diagonal block.
+template <typename T, int N, int PL, int PX>
+__device__ __forceinline__ void lower_times(float (&acc)[N][4], const T (*lower)[PL],
+                                            const T (*x)[PX], int rb, const int (&n0)[N]) {
+    uint32_t a[4], b[2];
+    for (int jj = 0; jj <= rb; jj += 16) {
+        fragment_a(a, lower, rb, jj);
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+            fragment_b_rows(b, x, jj, n0[n]);
+            Half16<T>::mma(acc[n], a, b);
+        }
+    }
+}
+
+// two blocks a multiprocessor at keys up to 128 (100 KB of tiles): registers up to 128
+template <typename T, int KT>
+__global__ void __launch_bounds__(kDeltaChunkThreads, 2)
+    chunk_prep_tc(DeltaChunkProblem p, DeltaChunkSaved x) {
+    extern __shared__ float sm[];
+    auto& s = *reinterpret_cast<PrepTiles<T, KT>*>(sm);
+    const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int hv = blockIdx.y;
+    const Chunk ck = chunk_at(p.seqs, C, blockIdx.x);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    const int64_t r0 = row(p.seqs, ck.s, ck.c0);
+    const DType in = p.q.dtype;
+    prep_rows(p, x, ck, hv, &s.kf[0][0], KT + 1, s.beta, s.G, s.decay);
+    __syncthreads();
+    for (int e = tid; e < kRows * KT; e += kDeltaChunkThreads) {
+        const int i = e / KT, d = e % KT;
+        s.k[i][d] = Half16<T>::from(i < L && d < K ? s.kf[i][d] : 0.f);
+    }
+    __syncthreads();
+    // warp w: rows rb + [0, 16), columns cb + [0, 32) of the chunk's [C, C] tiles
+    const int rb = 16 * (warp % 4), cb = 32 * (warp / 4);
+    {
+        // A_ij = ((k̂_i·k̂_j) exp(G_i − G_j)) β_i below the diagonal, in fp32
+        float acc[4][4] = {};
+        uint32_t a[4], b[2];
+        for (int kk = 0; kk < KT; kk += 16) {
+            fragment_a(a, s.k, rb, kk);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                if (cb + 8 * nt > rb + 15) continue;
+                fragment_b(b, s.k, cb + 8 * nt, kk);
+                Half16<T>::mma(acc[nt], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = rb + g + u / 2 * 8, j = cb + 8 * nt + 2 * t + u % 2;
+                s.A[i][j] = j < i && i < L ? acc[nt][u] * expf(s.G[i] - s.G[j]) * s.beta[i] : 0.f;
+            }
+    }
+    __syncthreads();
+    // A has read k̂: it becomes kb = round(k̂ β e^G), w's factor
+    for (int e = tid; e < L * K; e += kDeltaChunkThreads) {
+        const int j = e / K, d = e % K;
+        s.k[j][d] = Half16<T>::from(s.kf[j][d] * (s.beta[j] * s.decay[j]));
+    }
+    // (I + A) Ti = I in fp32; then stored
+    solve_unit_lower(&s.A[0][0], &s.Tf[0][0], L, kRows);
+    for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
+        const int i = e / kRows, j = e % kRows;
+        const T ti = Half16<T>::from(j <= i && i < L ? s.Tf[i][j] : 0.f);
+        s.Ti[i][j] = ti;
+        if (i < L && j < L) store(x.Ti, in, ((r0 + i) * HV + hv) * C + j, Half16<T>::to(ti));
+    }
+    __syncthreads();
+    // w = Ti kb, stored: warp w takes rows rb and the 32 columns from 32·(w / 4) + 64·m
+    for (int n00 = 32 * (warp / 4); n00 < KT; n00 += 64) {
+        const int n0[4] = {n00, n00 + 8, n00 + 16, n00 + 24};
+        float acc[4][4] = {};
+        lower_times(acc, s.Ti, s.k, rb, n0);
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = rb + g + u / 2 * 8, d = n0[n] + 2 * t + u % 2;
+                if (i < L && d < K) store(x.w, in, ((r0 + i) * HV + hv) * K + d, acc[n][u]);
+            }
+    }
+    // u = Ti round(v β), stored, kCols value columns a step; vb's rows past the chunk stay zero
+    zero_rows<T, kRows>(s.vb, L);
+    for (int c0 = 0; c0 < V; c0 += kCols) {
+        gather_tile(L, kCols, p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0, hv), p.v.st, c0, V,
+                    [&](int j, int c, float v) { s.vb[j][c] = Half16<T>::from(v * s.beta[j]); });
+        __syncthreads();
+        const int n0[4] = {cb, cb + 8, cb + 16, cb + 24};
+        float acc[4][4] = {};
+        lower_times(acc, s.Ti, s.vb, rb, n0);
+#pragma unroll
+        for (int n = 0; n < 4; ++n)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = rb + g + u / 2 * 8, c = c0 + n0[n] + 2 * t + u % 2;
+                if (i < L && c < V) store(x.u, in, ((r0 + i) * HV + hv) * V + c, acc[n][u]);
+            }
+        __syncthreads();  // the step is done with vb
+    }
+}
+
 /// The state pass's tiles; pitches of 8 extra elements keep ldmatrix's rows on distinct banks.
 template <typename T, int KT>
 struct StateTiles {
@@ -295,6 +415,16 @@ void with_tiles(const DeltaChunkProblem& p, F&& f) {
 }
 
 }  // namespace
+
+void delta_chunk_prep_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, int64_t slots,
+                         cudaStream_t stream) {
+    with_tiles(p, [&](auto type, auto keys) {
+        using T = decltype(type);
+        constexpr int KT = decltype(keys)::value;
+        launch_chunk_kernel(chunk_prep_tc<T, KT>, dim3(unsigned(slots), unsigned(p.value_heads)),
+                            int64_t(sizeof(PrepTiles<T, KT>) + 3) / 4, stream, p, x);
+    });
+}
 
 void delta_chunk_state_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
                           cudaStream_t stream) {
