@@ -265,8 +265,7 @@ void delta_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t 
     const int64_t slots = chunk_slots(p.seqs, p.chunk);
     const unsigned HV = unsigned(p.value_heads);
     // on tensor cores where h fits the input type's range (delta_chunk_tc.cu)
-    const bool tensor_cores =
-        p.q.dtype == DType::bf16 || (p.q.dtype == DType::f16 && p.state == DType::f16);
+    const bool tensor_cores = delta_chunk_tensor_cores(p);
     if (slots > 0 && tensor_cores)
         delta_chunk_prep_tc(p, x, slots, stream);
     else if (slots > 0)

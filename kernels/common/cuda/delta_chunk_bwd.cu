@@ -1,5 +1,6 @@
 // kernels/common/cuda/delta_chunk_bwd.cu — the delta rule's chunk (WY / UT) backward on CUDA for
-// delta_rule and gated_delta_rule, in fp32 FMA arithmetic (correctness first; no tensor cores).
+// delta_rule and gated_delta_rule, in fp32 FMA arithmetic; where the forward runs on tensor cores
+// and d_o is in the input dtype, pass 2b does too (delta_chunk_tc.cu).
 //
 // The CPU chunk backward (common/cpu/delta_chunk.h chunk_bwd) in five passes, each value
 // rounded where that contract rounds it:
@@ -532,9 +533,12 @@ void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream
     if (slots > 0)
         launch_chunk_kernel(scores_bwd, dim3(unsigned(slots), unsigned(HV)), C * K + C * KP + C,
                             stream, p, d, x);
-    launch_chunk_kernel(state_bwd,
-                        dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
-                        C * KP + C * C + 2 * C * kTile + 2 * K * kTile + 2 * C, stream, p, d, x);
+    if (delta_chunk_tensor_cores(p) && d.d_o.dtype == p.q.dtype)
+        delta_chunk_state_bwd_tc(p, d, x.f, x.dov, x.dH, x.dvn, stream);
+    else
+        launch_chunk_kernel(
+            state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
+            C * KP + C * C + 2 * C * kTile + 2 * K * kTile + 2 * C, stream, p, d, x);
     if (slots > 0) {
         launch_chunk_kernel(
             values_bwd, dim3(unsigned(slots), unsigned(HV)),

@@ -51,13 +51,18 @@ int64_t delta_chunk_fwd_workspace_floats(const DeltaChunkProblem& p);
 /// delta_chunk_saved().
 void delta_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream);
 
-/// The forward's first pass on tensor cores, for bf16 inputs or fp16 ones with an fp16 state:
-/// over `slots` chunk slots, into the workspace x.
+/// Whether the passes with a tensor-core form (delta_chunk_tc.cu) take it: bf16 inputs, or fp16
+/// ones with an fp16 state (the parts of a wider state in fp16 could overflow).
+inline bool delta_chunk_tensor_cores(const DeltaChunkProblem& p) {
+    return p.q.dtype == DType::bf16 || (p.q.dtype == DType::f16 && p.state == DType::f16);
+}
+
+/// The forward's first pass on tensor cores (delta_chunk_tensor_cores): over `slots` chunk slots,
+/// into the workspace x.
 void delta_chunk_prep_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, int64_t slots,
                          cudaStream_t stream);
 
-/// The forward's state pass on tensor cores, for bf16 inputs or fp16 ones with an fp16 state:
-/// from the workspace x the first pass filled.
+/// The forward's state pass on tensor cores: from the workspace x the first pass filled.
 void delta_chunk_state_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
                           cudaStream_t stream);
 
@@ -65,6 +70,13 @@ void delta_chunk_state_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
 /// from the workspace x the forward's first two passes filled.
 void delta_chunk_out_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, int64_t slots,
                         cudaStream_t stream);
+
+/// The backward's dS pass on tensor cores, where d_o is in the input dtype too: from the
+/// forward's values f and the scores P ([slots, HV, C, C] fp32), into dH and dvn (the backward's
+/// scratch regions of delta_chunk_bwd.cu).
+void delta_chunk_state_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
+                              const DeltaChunkSaved& f, const float* P, void* dH, float* dvn,
+                              cudaStream_t stream);
 
 /// Scratch of the chunk backward in fp32 elements.
 int64_t delta_chunk_workspace_floats(const DeltaChunkProblem& p);

@@ -1,14 +1,16 @@
-// kernels/common/cuda/delta_chunk_tc.cu — the delta rules' chunk state and output passes on tensor
-// cores (mma.sync m16n8k16, fp32 accumulation) for 16-bit inputs.
+// kernels/common/cuda/delta_chunk_tc.cu — the delta rules' chunk forward and the backward's dS pass
+// on tensor cores (mma.sync m16n8k16, fp32 accumulation) for 16-bit inputs.
 //
-// The blocks of the FMA passes 2 and 3 (delta_chunk.cu), with each value rounded in the same
-// place: the state pass carries the fp32 state S through the chunks (h = round(S),
-// v_new = round(u − w h), S ← e^{G_last} S + k̂ᵀ round(v_new e^{G_last − G})), the output pass forms
-// o = scale [(q̂ h) e^G + round(q̂ k̂ᵀ ⊙ e^{G_i − G_j}) v_new]. q̂, k̂, w, v_new and the other
-// rounded operands are in the input dtype, so their products are exact; h in a wider state dtype
-// goes in as three 16-bit parts that add up to it, so its products are too. Only the fp32
-// summation order differs from the FMA passes and the CPU contract. bf16 inputs, or fp16 ones
-// with an fp16 state: the parts of a wider state in fp16 could overflow.
+// The blocks of the FMA passes (delta_chunk.cu, delta_chunk_bwd.cu's pass 2b), with each value
+// rounded in the same place: the first pass forms A = β (k̂ k̂ᵀ) ⊙ e^{G_i − G_j}, (I + A)⁻¹ (the
+// fp32 forward substitution), w and u; the state pass carries the fp32 state S through the chunks
+// (h = round(S), v_new = round(u − w h), S ← e^{G_last} S + k̂ᵀ round(v_new e^{G_last − G})); the
+// output pass forms o = scale [(q̂ h) e^G + round(q̂ k̂ᵀ ⊙ e^{G_i − G_j}) v_new]; the dS pass walks
+// the chunks backwards. The 16-bit operands are in the input dtype, so their products are exact;
+// an fp32 operand (h in a wider state dtype, the backward's scores, dH, dv_new) goes in as three
+// 16-bit parts that add up to it, so its products are too. Only the fp32 summation order differs
+// from the FMA passes and the CPU contract. bf16 inputs, or fp16 ones with an fp16 state: the
+// parts of a wider state in fp16 could overflow.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -102,6 +104,23 @@ __device__ __forceinline__ void lower_times(float (&acc)[N][4], const T (*lower)
     }
 }
 
+/// acc[nt] = x yᵀ for rows rb + [0, 16) and columns cb + 8·nt + [0, 8) of the [kRows, kRows]
+/// product of two [kRows, KT] key tiles; tiles wholly above the diagonal stay zero.
+template <typename T, int KT, int P>
+__device__ __forceinline__ void lower_scores(float (&acc)[4][4], const T (*x)[P], const T (*y)[P],
+                                             int rb, int cb) {
+    uint32_t a[4], b[2];
+    for (int kk = 0; kk < KT; kk += 16) {
+        fragment_a(a, x, rb, kk);
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) {
+            if (cb + 8 * nt > rb + 15) continue;
+            fragment_b(b, y, cb + 8 * nt, kk);
+            Half16<T>::mma(acc[nt], a, b);
+        }
+    }
+}
+
 // two blocks a multiprocessor at keys up to 128 (100 KB of tiles): registers up to 128
 template <typename T, int KT>
 __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
@@ -127,16 +146,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     {
         // A_ij = ((k̂_i·k̂_j) exp(G_i − G_j)) β_i below the diagonal, in fp32
         float acc[4][4] = {};
-        uint32_t a[4], b[2];
-        for (int kk = 0; kk < KT; kk += 16) {
-            fragment_a(a, s.k, rb, kk);
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                if (cb + 8 * nt > rb + 15) continue;
-                fragment_b(b, s.k, cb + 8 * nt, kk);
-                Half16<T>::mma(acc[nt], a, b);
-            }
-        }
+        lower_scores<T, KT>(acc, s.k, s.k, rb, cb);
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -300,6 +310,157 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     }
 }
 
+/// The backward's dS pass's tiles.
+template <typename T, int KT>
+struct StateGradTiles {
+    alignas(16) T X[kRows][KT + 8];                    // k̂, then q̂, then w
+    alignas(16) T dH[kParts][KT][kStateCols + 8];      // round(dS) in parts
+    alignas(16) T P[kParts][kRows][kRows + 8];         // the fp32 scores in parts
+    alignas(16) T dO[kRows][kStateCols + 8];           //
+    alignas(16) T qdO[kParts][kRows][kStateCols + 8];  // scale e^G ⊙ dO in parts
+    alignas(16) T dvn[kParts][kRows][kStateCols + 8];  // dv_new in parts
+    float dS[KT][kStateCols];                          // the carried dS
+    float G[kRows];
+};
+
+/// The backward's dS pass (delta_chunk_bwd.cu, pass 2b) on tensor cores: a block per (sequence,
+/// value head, kStateCols value columns) walks the chunks backwards carrying dS in fp32, keeping
+/// dH = round(dS) and dv_new = (k̂ dH) e^{G_last − G} + scale Pᵀ dO, then dS ← e^{G_last} dS +
+/// q̂ᵀ (scale e^G ⊙ dO) − wᵀ dv_new. The fp32 operands (P, dH when wider than T, scale e^G ⊙ dO,
+/// dv_new) go in as three parts each; scale e^G multiplies dO before q̂ where the FMA pass
+/// multiplies q̂ first, one fp32 rounding in another place.
+template <typename T, int KT>
+__global__ void __launch_bounds__(kDeltaChunkThreads, 1)
+    state_bwd_tc(DeltaChunkProblem p, DeltaGrads d, DeltaChunkSaved f, const float* P, void* dH,
+                 float* dvn) {
+    extern __shared__ float sm[];
+    auto& s = *reinterpret_cast<StateGradTiles<T, KT>*>(sm);
+    const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
+    const int n = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / p.heads);
+    const int col0 = blockIdx.y * kStateCols;
+    const Span sp = span(p.seqs, n);
+    const int tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    const int dh_parts = p.state == p.q.dtype ? 1 : kParts;
+    // [KT, kStateCols] in 16 × 8 tiles, the same number to each warp
+    constexpr int kWarps = kDeltaChunkThreads / 32, kPerWarp = KT / 16 * (kStateCols / 8) / kWarps;
+    const int64_t state = (int64_t(n) * HV + hv) * K * V;
+    load_tile(&s.dS[0][0], kStateCols, K, kStateCols, d.dht, p.state, state, V, col0,
+              d.dht != nullptr ? V : 0);
+    for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.dH[q], K);
+    const int64_t first = first_slot(p.seqs, C, n, sp);
+    const auto load_rows = [&](const void* src, int64_t r0, int L, int heads, int head) {
+        load_keys<T, KT>(s.X, src, (r0 * heads + head) * K, int64_t(heads) * K, L, K);
+    };
+    for (int64_t ch = (sp.len + C - 1) / C; ch-- > 0;) {
+        const int64_t t0 = ch * C;
+        const int L = int(sp.len - t0 < C ? sp.len - t0 : C);
+        const int64_t r0 = row(p.seqs, sp, t0), slot = (first + ch) * HV + hv;
+        __syncthreads();  // the later chunk is done with every tile
+        load_rows(f.kn, r0, L, p.heads, h);
+        for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
+            const int i = e / kRows, j = e % kRows;
+            split_state(s.P, i, j, i < L && j < L ? P[(slot * C + i) * C + j] : 0.f);
+        }
+        for (int i = tid; i < kRows; i += kDeltaChunkThreads)
+            s.G[i] = i < L ? f.G[(r0 + i) * HV + hv] : 0.f;
+        zero_rows<T, kRows>(s.dO, L);
+        gather_tile(L, kStateCols, d.d_o.data, d.d_o.dtype, at(d.d_o, sp, t0, hv), d.d_o.st, col0,
+                    V, [&](int i, int c, float x) { s.dO[i][c] = Half16<T>::from(x); });
+        // the stored copy of dS, which this chunk's passes read
+        for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
+            const int dd = e / kStateCols, c = e % kStateCols;
+            const float dHs = rounded(s.dS[dd][c], p.state);
+            split_state(s.dH, dd, c, dHs);
+            if (col0 + c < V) store(dH, p.state, (slot * K + dd) * V + col0 + c, dHs);
+        }
+        __syncthreads();
+        for (int e = tid; e < kRows * kStateCols; e += kDeltaChunkThreads) {
+            const int i = e / kStateCols, c = e % kStateCols;
+            split_state(s.qdO, i, c,
+                        i < L ? expf(s.G[i]) * p.scale * Half16<T>::to(s.dO[i][c]) : 0.f);
+        }
+        {
+            // dv_new = (k̂ dH) e^{G_last − G} + scale Pᵀ dO: warp w takes rows rb + [0, 16),
+            // columns cb + [0, 16)
+            const int rb = 16 * (warp % 4), cb = 16 * (warp / 4);
+            float kd[2][4] = {}, pd[2][4] = {};
+            uint32_t a[4], b[2];
+            for (int kk = 0; kk < KT; kk += 16) {
+                fragment_a(a, s.X, rb, kk);
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt)
+                    mma_parts(kd[nt], a, s.dH, dh_parts, kk, cb + 8 * nt);
+            }
+            // P_ji is zero for j < i: the contraction starts at the diagonal block
+            for (int jj = rb; jj < kRows; jj += 16)
+                for (int q = 0; q < kParts; ++q) {
+                    fragment_a_rows(a, s.P[q], jj, rb);
+#pragma unroll
+                    for (int nt = 0; nt < 2; ++nt) {
+                        fragment_b_rows(b, s.dO, jj, cb + 8 * nt);
+                        Half16<T>::mma(pd[nt], a, b);
+                    }
+                }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int i = rb + g + u / 2 * 8, c = cb + 8 * nt + 2 * t + u % 2;
+                    float v = 0.f;
+                    if (i < L) {
+                        v = kd[nt][u] * expf(s.G[L - 1] - s.G[i]) + pd[nt][u] * p.scale;
+                        if (col0 + c < V) dvn[((r0 + i) * HV + hv) * V + col0 + c] = v;
+                    }
+                    split_state(s.dvn, i, c, v);
+                }
+        }
+        __syncthreads();
+        // dS ← e^{G_last} dS + q̂ᵀ (scale e^G ⊙ dO) − wᵀ dv_new, warp w taking every kWarps-th
+        // tile; the q̂ term waits in registers while X takes w
+        float qd[kPerWarp][4] = {};
+        load_rows(f.qn, r0, L, p.heads, h);
+        __syncthreads();
+#pragma unroll
+        for (int m = 0; m < kPerWarp; ++m) {
+            const int q = warp + m * kWarps;
+            const int db = 16 * (q / (kStateCols / 8)), n0 = 8 * (q % (kStateCols / 8));
+            if (db >= K) continue;
+            uint32_t a[4];
+            for (int jj = 0; jj < kRows; jj += 16) {
+                fragment_a_rows(a, s.X, jj, db);
+                mma_parts(qd[m], a, s.qdO, kParts, jj, n0);
+            }
+        }
+        __syncthreads();
+        load_rows(f.w, r0, L, HV, hv);
+        __syncthreads();
+        const float last = expf(s.G[L - 1]);
+#pragma unroll
+        for (int m = 0; m < kPerWarp; ++m) {
+            const int q = warp + m * kWarps;
+            const int db = 16 * (q / (kStateCols / 8)), n0 = 8 * (q % (kStateCols / 8));
+            if (db >= K) continue;
+            float wd[4] = {};
+            uint32_t a[4];
+            for (int jj = 0; jj < kRows; jj += 16) {
+                fragment_a_rows(a, s.X, jj, db);
+                mma_parts(wd, a, s.dvn, kParts, jj, n0);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int dd = db + g + u / 2 * 8, c = n0 + 2 * t + u % 2;
+                if (dd < K) s.dS[dd][c] = s.dS[dd][c] * last + qd[m][u] - wd[u];
+            }
+        }
+    }
+    __syncthreads();
+    if (d.dh0 == nullptr) return;
+    for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
+        const int dd = e / kStateCols, c = col0 + e % kStateCols;
+        if (c < V) store(d.dh0, p.state, state + int64_t(dd) * V + c, s.dS[dd][e % kStateCols]);
+    }
+}
+
 /// The output pass's tiles.
 template <typename T, int KT>
 struct OutTiles {
@@ -337,17 +498,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     const int rb = 16 * (warp % 4), cb = 32 * (warp / 4);
     {
         float acc[4][4] = {};
-        uint32_t a[4], b[2];
-        // score tiles wholly above the diagonal stay zero
-        for (int kk = 0; kk < KT; kk += 16) {
-            fragment_a(a, s.q, rb, kk);
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                if (cb + 8 * nt > rb + 15) continue;
-                fragment_b(b, s.k, cb + 8 * nt, kk);
-                Half16<T>::mma(acc[nt], a, b);
-            }
-        }
+        lower_scores<T, KT>(acc, s.q, s.k, rb, cb);
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -372,21 +523,14 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         }
         __syncthreads();
         float qh[4][4] = {}, pv[4][4] = {};
-        uint32_t a[4], b[2];
+        uint32_t a[4];
         for (int kk = 0; kk < KT; kk += 16) {
             fragment_a(a, s.q, rb, kk);
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) mma_parts(qh[nt], a, s.h, parts, kk, cb + 8 * nt);
         }
-        // the scores are zero past the diagonal block
-        for (int jj = 0; jj <= rb; jj += 16) {
-            fragment_a(a, s.P, rb, jj);
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                fragment_b_rows(b, s.v, jj, cb + 8 * nt);
-                Half16<T>::mma(pv[nt], a, b);
-            }
-        }
+        const int n0[4] = {cb, cb + 8, cb + 16, cb + 24};
+        lower_times(pv, s.P, s.v, rb, n0);
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -435,6 +579,20 @@ void delta_chunk_state_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
                             dim3(unsigned(p.seqs.n * p.value_heads),
                                  unsigned((p.dv + kStateCols - 1) / kStateCols)),
                             int64_t(sizeof(StateTiles<T, KT>) + 3) / 4, stream, p, x);
+    });
+}
+
+void delta_chunk_state_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
+                              const DeltaChunkSaved& f, const float* P, void* dH, float* dvn,
+                              cudaStream_t stream) {
+    with_tiles(p, [&](auto type, auto keys) {
+        using T = decltype(type);
+        constexpr int KT = decltype(keys)::value;
+        launch_chunk_kernel(state_bwd_tc<T, KT>,
+                            dim3(unsigned(p.seqs.n * p.value_heads),
+                                 unsigned((p.dv + kStateCols - 1) / kStateCols)),
+                            int64_t(sizeof(StateGradTiles<T, KT>) + 3) / 4, stream, p, d, f, P, dH,
+                            dvn);
     });
 }
 
