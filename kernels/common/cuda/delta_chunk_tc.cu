@@ -121,7 +121,7 @@ __device__ __forceinline__ void lower_scores(float (&acc)[4][4], const T (*x)[P]
     }
 }
 
-// two blocks a multiprocessor at keys up to 128 (100 KB of tiles): registers up to 128
+// two blocks a multiprocessor at keys up to 128 (102 KB of tiles): registers up to 128
 template <typename T, int KT>
 __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     chunk_prep_tc(DeltaChunkProblem p, DeltaChunkSaved x) {
