@@ -42,28 +42,29 @@ __device__ void load_keys(T (*dst)[KT + 8], const void* src, int64_t at, int64_t
     }
 }
 
-/// Parts of h in T that add up to it to fp32's precision (each part rounds what the ones before
-/// left out): the products with h are then exact as the FMA passes' are. Parts past the first
-/// are zero where T holds h.
+/// Parts in T of an fp32 operand x that add up to it to fp32's precision (each part rounds what
+/// the ones before left out), so that products with x are exact as the FMA passes' are; parts
+/// past the first are zero where T holds x. In fp16 an operand beyond its range would overflow:
+/// hence bf16 inputs, or fp16 with an fp16 state (delta_chunk_tensor_cores).
 constexpr int kParts = 3;
 
 template <typename T, int R, int P>
-__device__ __forceinline__ void split_state(T (*parts)[R][P], int d, int c, float h) {
+__device__ __forceinline__ void split_parts(T (*parts)[R][P], int r, int c, float x) {
 #pragma unroll
     for (int q = 0; q < kParts; ++q) {
-        parts[q][d][c] = Half16<T>::from(h);
-        h -= Half16<T>::to(parts[q][d][c]);
+        parts[q][r][c] = Half16<T>::from(x);
+        x -= Half16<T>::to(parts[q][r][c]);
     }
 }
 
-/// acc += a·(the first `parts` parts of h) for the B fragment (contraction k0, columns n0) of h
+/// acc += a·(the first `parts` parts of x) for the B fragment (contraction k0, columns n0) of x
 /// stored [contraction][column].
 template <typename T, int R, int P>
 __device__ __forceinline__ void mma_parts(float (&acc)[4], const uint32_t (&a)[4],
-                                          const T (*h)[R][P], int parts, int k0, int n0) {
+                                          const T (*x)[R][P], int parts, int k0, int n0) {
     uint32_t b[2];
     for (int q = 0; q < parts; ++q) {
-        fragment_b_rows(b, h[q], k0, n0);
+        fragment_b_rows(b, x[q], k0, n0);
         Half16<T>::mma(acc, a, b);
     }
 }
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
             const int d = e / kStateCols, c = e % kStateCols;
             const float S = s.S[d][c], hs = rounded(S, p.state);
-            split_state(s.h, d, c, hs);
+            split_parts(s.h, d, c, hs);
             if (col0 + c >= V) continue;
             store(x.h, p.state, (((first + ch) * HV + hv) * K + d) * V + col0 + c, hs);
             if (p.h != nullptr)
@@ -359,7 +360,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         load_rows(f.kn, r0, L, p.heads, h);
         for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
             const int i = e / kRows, j = e % kRows;
-            split_state(s.P, i, j, i < L && j < L ? P[(slot * C + i) * C + j] : 0.f);
+            split_parts(s.P, i, j, i < L && j < L ? P[(slot * C + i) * C + j] : 0.f);
         }
         for (int i = tid; i < kRows; i += kDeltaChunkThreads)
             s.G[i] = i < L ? f.G[(r0 + i) * HV + hv] : 0.f;
@@ -370,13 +371,13 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
             const int dd = e / kStateCols, c = e % kStateCols;
             const float dHs = rounded(s.dS[dd][c], p.state);
-            split_state(s.dH, dd, c, dHs);
+            split_parts(s.dH, dd, c, dHs);
             if (col0 + c < V) store(dH, p.state, (slot * K + dd) * V + col0 + c, dHs);
         }
         __syncthreads();
         for (int e = tid; e < kRows * kStateCols; e += kDeltaChunkThreads) {
             const int i = e / kStateCols, c = e % kStateCols;
-            split_state(s.qdO, i, c,
+            split_parts(s.qdO, i, c,
                         i < L ? expf(s.G[i]) * p.scale * Half16<T>::to(s.dO[i][c]) : 0.f);
         }
         {
@@ -411,7 +412,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
                         v = kd[nt][u] * expf(s.G[L - 1] - s.G[i]) + pd[nt][u] * p.scale;
                         if (col0 + c < V) dvn[((r0 + i) * HV + hv) * V + col0 + c] = v;
                     }
-                    split_state(s.dvn, i, c, v);
+                    split_parts(s.dvn, i, c, v);
                 }
         }
         __syncthreads();
@@ -513,7 +514,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     for (int c0 = 0; c0 < V; c0 += kCols) {
         __syncthreads();  // the scores are in, or the previous columns are done
         gather_tile(K, kCols, x.h, p.state, state, V, c0, V,
-                    [&](int d, int c, float hd) { split_state(s.h, d, c, hd); });
+                    [&](int d, int c, float hd) { split_parts(s.h, d, c, hd); });
         const auto* vn = static_cast<const unsigned short*>(x.v_new);
         for (int e = tid; e < kRows * kCols; e += kDeltaChunkThreads) {
             const int i = e / kCols, c = e % kCols;
