@@ -166,10 +166,7 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Del
     }
     __syncthreads();
     if (p.ht == nullptr) return;
-    for (int e = tid; e < K * kTile; e += kThreads) {
-        const int d = e / kTile, c = col0 + e % kTile;
-        if (c < V) store(p.ht, p.state, state + int64_t(d) * V + c, S[e]);
-    }
+    store_state_tile(p.ht, p.state, state, V, col0, S, K, kTile);
 }
 
 /// Pass 3, a block per (chunk slot, value head).

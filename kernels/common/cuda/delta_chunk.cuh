@@ -56,6 +56,16 @@ __device__ __forceinline__ void load_tile(float* dst, int dst_pitch, int rows, i
                 [&](int r, int j, float x) { dst[r * dst_pitch + j] = x; });
 }
 
+/// The inverse of load_tile for a block's [K, cols] fp32 state tile `src` (contiguous): column j
+/// to columns col0 + j < V of the [K, V] state at `state` of dst, in dtype d.
+__device__ inline void store_state_tile(void* dst, DType d, int64_t state, int V, int col0,
+                                        const float* src, int K, int cols) {
+    for (int e = threadIdx.x; e < K * cols; e += kDeltaChunkThreads) {
+        const int c = col0 + e % cols;
+        if (c < V) store(dst, d, state + int64_t(e / cols) * V + c, src[e]);
+    }
+}
+
 /// Sets the dynamic shared memory `kernel` may take (`floats` fp32 elements), and launches it
 /// with kDeltaChunkThreads threads a block.
 template <typename... Params, typename... Args>

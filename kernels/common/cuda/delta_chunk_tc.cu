@@ -305,10 +305,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     }
     __syncthreads();
     if (p.ht == nullptr) return;
-    for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
-        const int d = e / kStateCols, c = col0 + e % kStateCols;
-        if (c < V) store(p.ht, p.state, state + int64_t(d) * V + c, s.S[d][e % kStateCols]);
-    }
+    store_state_tile(p.ht, p.state, state, V, col0, &s.S[0][0], K, kStateCols);
 }
 
 /// The backward's dS pass's tiles.
@@ -456,10 +453,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
     }
     __syncthreads();
     if (d.dh0 == nullptr) return;
-    for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
-        const int dd = e / kStateCols, c = col0 + e % kStateCols;
-        if (c < V) store(d.dh0, p.state, state + int64_t(dd) * V + c, s.dS[dd][e % kStateCols]);
-    }
+    store_state_tile(d.dh0, p.state, state, V, col0, &s.dS[0][0], K, kStateCols);
 }
 
 /// The output pass's tiles.

@@ -197,10 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     if (d.dh0 == nullptr) return;
-    for (int e = tid; e < K * kTile; e += kThreads) {
-        const int dd = e / kTile, c = col0 + e % kTile;
-        if (c < V) store(d.dh0, p.state, state + int64_t(dd) * V + c, dS[e]);
-    }
+    store_state_tile(d.dh0, p.state, state, V, col0, dS, K, kTile);
 }
 
 /// Pass 3, a block per (chunk slot, value head): the sums over the value columns, kCols at a
