@@ -105,29 +105,60 @@ class ChunkWorkspace {
     int64_t bytes_;
 };
 
-/// Row t of key head h of q or k as the chunk kernels read it, by one warp: x / √(Σ x² + eps)
-/// rounded to the input dtype with the in-kernel l2norm, x itself without. Written to `tile`
-/// (elements 0..K) where not nullptr, and to `kept` (in `kept_dtype`, from element `kept_at`)
-/// where not nullptr.
-__device__ inline void unit_row(const DeltaChunkProblem& p, const Strided& src, const Span& s,
-                                int64_t t, int h, float* tile, void* kept, DType kept_dtype,
-                                int64_t kept_at) {
-    const int lane = threadIdx.x % 32, K = p.dk;
+/// Lane `lane`'s elements lane + 32 m of row t of key head h of q or k, raw: fetched for both
+/// before either is used, so that a warp waits out one load latency a row, not four.
+struct KeyRowBits {
+    uint32_t bits[kMaxDeltaChunkKeys / 32];
+};
+
+__device__ inline KeyRowBits fetch_row(const DeltaChunkProblem& p, const Strided& src,
+                                       const Span& s, int64_t t, int h) {
+    const int lane = threadIdx.x % 32;
     const int64_t off = at(src, s, t, h);
-    float rstd = 1.f;
-    if (p.l2norm) {
-        float ss = 0.f;
-        for (int d = lane; d < K; d += 32) {
-            const float xd = load(src.data, src.dtype, off + d);
-            ss += xd * xd;
-        }
-        rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
+    KeyRowBits r;
+#pragma unroll
+    for (int m = 0; m < kMaxDeltaChunkKeys / 32; ++m)
+        r.bits[m] = lane + 32 * m < p.dk ? raw(src.data, src.dtype, off + lane + 32 * m) : 0u;
+    return r;
+}
+
+/// A fetched row as the chunk kernels read it, by one warp: x / √(Σ x² + eps) rounded to the
+/// input dtype with the in-kernel l2norm, x itself without. Written to `tile` (elements 0..K)
+/// where not nullptr, and to `kept` (in the input dtype, from element `kept_at`) where not
+/// nullptr.
+__device__ inline void unit_row(const DeltaChunkProblem& p, const KeyRowBits& r, DType d,
+                                float* tile, void* kept, int64_t kept_at) {
+    const int lane = threadIdx.x % 32, K = p.dk;
+    float x[kMaxDeltaChunkKeys / 32], ss = 0.f;
+#pragma unroll
+    for (int m = 0; m < kMaxDeltaChunkKeys / 32; ++m) {
+        x[m] = widen(r.bits[m], d);
+        ss += x[m] * x[m];
     }
-    for (int d = lane; d < K; d += 32) {
-        const float xd = load(src.data, src.dtype, off + d);
-        const float y = p.l2norm ? rounded(xd * rstd, p.q.dtype) : xd;
-        if (tile != nullptr) tile[d] = y;
-        if (kept != nullptr) store(kept, kept_dtype, kept_at + d, y);
+    const float rstd = p.l2norm ? 1.f / sqrtf(warp_sum(ss) + kL2NormEps) : 1.f;
+#pragma unroll
+    for (int m = 0; m < kMaxDeltaChunkKeys / 32; ++m) {
+        const int e = lane + 32 * m;
+        if (e >= K) break;
+        const float y = p.l2norm ? rounded(x[m] * rstd, p.q.dtype) : x[m];
+        if (tile != nullptr) tile[e] = y;
+        if (kept != nullptr) store(kept, p.q.dtype, kept_at + e, y);
+    }
+}
+
+/// The k̂ rows of chunk ck for value head hv into `k` (row stride kp), and q̂ and k̂ into `qn`,
+/// `kn` by one value head of each key head; a warp per row.
+__device__ inline void key_rows(const DeltaChunkProblem& p, const Chunk& ck, int hv, float* k,
+                                int kp, void* qn, void* kn) {
+    const int h = hv / (p.value_heads / p.heads);
+    const bool keeps_keys = hv % (p.value_heads / p.heads) == 0;
+    const int64_t t0 = ck.c0, r0 = row(p.seqs, ck.s, t0);
+    for (int i = threadIdx.x / 32; i < ck.len; i += kDeltaChunkThreads / 32) {
+        const int64_t r = ((r0 + i) * p.heads + h) * p.dk;
+        const KeyRowBits kr = fetch_row(p, p.k, ck.s, t0 + i, h);
+        const KeyRowBits qr = keeps_keys ? fetch_row(p, p.q, ck.s, t0 + i, h) : KeyRowBits{};
+        unit_row(p, kr, p.k.dtype, k + i * kp, keeps_keys ? kn : nullptr, r);
+        if (keeps_keys) unit_row(p, qr, p.q.dtype, nullptr, qn, r);
     }
 }
 
@@ -138,19 +169,10 @@ __device__ inline void unit_row(const DeltaChunkProblem& p, const Strided& src, 
 __device__ inline void prep_rows(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
                                  const Chunk& ck, int hv, float* k, int kp, float* beta, float* G,
                                  float* decay) {
-    const int K = p.dk, HV = p.value_heads, h = hv / (HV / p.heads), L = ck.len;
-    const int tid = threadIdx.x, warps = kDeltaChunkThreads / 32;
+    const int HV = p.value_heads, L = ck.len, tid = threadIdx.x;
     const Span& s = ck.s;
     const int64_t t0 = ck.c0, r0 = row(p.seqs, s, t0);
-    const DType in = p.q.dtype;
-    // one value head of each key head keeps q̂ and k̂
-    const bool keeps_keys = hv % (HV / p.heads) == 0;
-    // q̂ and k̂ rows, a warp per row
-    for (int i = tid / 32; i < L; i += warps) {
-        const int64_t r = ((r0 + i) * p.heads + h) * K;
-        unit_row(p, p.k, s, t0 + i, h, k + i * kp, keeps_keys ? x.kn : nullptr, in, r);
-        if (keeps_keys) unit_row(p, p.q, s, t0 + i, h, nullptr, x.qn, in, r);
-    }
+    key_rows(p, ck, hv, k, kp, x.qn, x.kn);
     for (int i = tid; i < L; i += kDeltaChunkThreads) {
         beta[i] = activated_beta(p, load(p.beta.data, p.beta.dtype, at(p.beta, s, t0 + i, hv)));
         float g = 0.f;
@@ -176,18 +198,18 @@ __device__ inline void prep_rows(const DeltaChunkProblem& p, const DeltaChunkSav
     }
 }
 
-/// (I + A) T = I for a strictly lower A ([L, L] of row stride C), by forward substitution row by
-/// row in fp32, each entry summed in ascending m (the CPU rows' order); by the whole block, which
-/// it leaves synchronised.
+/// (I + A) T = I for a strictly lower A ([L, L] of row stride C), by forward substitution in
+/// fp32, each entry summed in ascending m (the CPU rows' order). Column j of T depends on column
+/// j alone, so a thread takes a column down all its rows, no barrier between rows; the block is
+/// synchronised on return.
 __device__ inline void solve_unit_lower(const float* A, float* T, int L, int C) {
-    for (int i = 0; i < L; ++i) {
-        for (int j = threadIdx.x; j <= i; j += kDeltaChunkThreads) {
+    for (int j = threadIdx.x; j < L; j += kDeltaChunkThreads)
+        for (int i = j; i < L; ++i) {
             float t = i == j ? 1.f : 0.f;
             for (int m = j; m < i; ++m) t -= A[i * C + m] * T[m * C + j];
             T[i * C + j] = t;
         }
-        __syncthreads();
-    }
+    __syncthreads();
 }
 
 /// Element (i, j) of Tᵀ M for a lower-triangular T ([L, L] of row stride C) and M of row stride

@@ -29,16 +29,40 @@ constexpr int kCols = 64;       // value columns per step of the output pass
 constexpr int kStateCols = 32;  // value columns per block of the state pass
 static_assert(kDeltaChunkThreads == kTensorCoreThreads, "eight warps: four row blocks, two halves");
 
-/// kRows × KT elements from 16-bit src (row r at at + r · pitch, K wide) into dst, zeros past
-/// `rows` valid ones and past K.
-template <typename T, int KT>
-__device__ void load_keys(T (*dst)[KT + 8], const void* src, int64_t at, int64_t pitch, int rows,
-                          int K) {
-    const auto* s = static_cast<const unsigned short*>(src);
-    for (int e = threadIdx.x; e < kRows * KT; e += kDeltaChunkThreads) {
-        const int r = e / KT, d = e % KT;
-        const unsigned short b = r < rows && d < K ? s[at + int64_t(r) * pitch + d] : 0;
-        dst[r][d] = *reinterpret_cast<const T*>(&b);
+/// R × W elements of 16-bit src into dst (row r from at + r · pitch, its first `cols` columns),
+/// zeros past `rows` rows and `cols` columns. 16 bytes a load where src's rows are aligned to
+/// them, and a thread's loads issued four at a time before it stores the first: the passes
+/// through the chunks in order wait out a tile's load latency once or twice, not per element.
+template <int R, int W, typename T, int P>
+__device__ void load_rows(T (*dst)[P], const void* src, int64_t at, int64_t pitch, int rows,
+                          int cols) {
+    static_assert(W % 8 == 0 && P % 8 == 0, "rows of whole 16-byte vectors");
+    constexpr int kVecs = R * W / 8, kBatch = 4;
+    const auto* s = static_cast<const unsigned short*>(src) + at;
+    const bool aligned = reinterpret_cast<uintptr_t>(s) % 16 == 0 && pitch % 8 == 0;
+    for (int e0 = threadIdx.x; e0 < kVecs; e0 += kBatch * kDeltaChunkThreads) {
+        uint4 v[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int e = e0 + b * kDeltaChunkThreads, r = e / (W / 8), c = e % (W / 8) * 8;
+            v[b] = make_uint4(0u, 0u, 0u, 0u);
+            if (e >= kVecs || r >= rows) continue;
+            const unsigned short* x = s + r * pitch + c;
+            if (aligned && c + 8 <= cols) {
+                v[b] = *reinterpret_cast<const uint4*>(x);
+                continue;
+            }
+            uint32_t w[8] = {};
+#pragma unroll
+            for (int q = 0; q < 8; ++q) w[q] = c + q < cols ? x[q] : 0u;
+            v[b] = make_uint4(w[0] | w[1] << 16, w[2] | w[3] << 16, w[4] | w[5] << 16,
+                              w[6] | w[7] << 16);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int e = e0 + b * kDeltaChunkThreads;
+            if (e < kVecs) *reinterpret_cast<uint4*>(&dst[e / (W / 8)][e % (W / 8) * 8]) = v[b];
+        }
     }
 }
 
@@ -240,8 +264,8 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         const int L = int(sp.len - t0 < C ? sp.len - t0 : C);
         const float G_last = x.G[(r0 + L - 1) * HV + hv];
         __syncthreads();  // the previous chunk is done with every tile
-        load_keys<T, KT>(s.w, x.w, (r0 * HV + hv) * K, int64_t(HV) * K, L, K);
-        load_keys<T, KT>(s.k, x.kn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
+        load_rows<kRows, KT>(s.w, x.w, (r0 * HV + hv) * K, int64_t(HV) * K, L, K);
+        load_rows<kRows, KT>(s.k, x.kn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
         load_tile(&s.u[0][0], kStateCols, L, kStateCols, x.u, in, (r0 * HV + hv) * V,
                   int64_t(HV) * V, col0, V);
         for (int i = tid; i < L; i += kDeltaChunkThreads)
@@ -346,24 +370,24 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
               d.dht != nullptr ? V : 0);
     for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.dH[q], K);
     const int64_t first = first_slot(p.seqs, C, n, sp);
-    const auto load_rows = [&](const void* src, int64_t r0, int L, int heads, int head) {
-        load_keys<T, KT>(s.X, src, (r0 * heads + head) * K, int64_t(heads) * K, L, K);
+    const auto key_tile = [&](const void* src, int64_t r0, int L, int heads, int head) {
+        load_rows<kRows, KT>(s.X, src, (r0 * heads + head) * K, int64_t(heads) * K, L, K);
     };
     for (int64_t ch = (sp.len + C - 1) / C; ch-- > 0;) {
         const int64_t t0 = ch * C;
         const int L = int(sp.len - t0 < C ? sp.len - t0 : C);
         const int64_t r0 = row(p.seqs, sp, t0), slot = (first + ch) * HV + hv;
         __syncthreads();  // the later chunk is done with every tile
-        load_rows(f.kn, r0, L, p.heads, h);
+        key_tile(f.kn, r0, L, p.heads, h);
         for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
             const int i = e / kRows, j = e % kRows;
             split_parts(s.P, i, j, i < L && j < L ? P[(slot * C + i) * C + j] : 0.f);
         }
         for (int i = tid; i < kRows; i += kDeltaChunkThreads)
             s.G[i] = i < L ? f.G[(r0 + i) * HV + hv] : 0.f;
-        zero_rows<T, kRows>(s.dO, L);
-        gather_tile(L, kStateCols, d.d_o.data, d.d_o.dtype, at(d.d_o, sp, t0, hv), d.d_o.st, col0,
-                    V, [&](int i, int c, float x) { s.dO[i][c] = Half16<T>::from(x); });
+        // d_o is in the input dtype on this path (delta_chunk_bwd.cu)
+        load_rows<kRows, kStateCols>(s.dO, d.d_o.data, at(d.d_o, sp, t0, hv) + col0, d.d_o.st, L,
+                                     V - col0);
         // the stored copy of dS, which this chunk's passes read
         for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
             const int dd = e / kStateCols, c = e % kStateCols;
@@ -416,7 +440,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         // dS ← e^{G_last} dS + q̂ᵀ (scale e^G ⊙ dO) − wᵀ dv_new, warp w taking every kWarps-th
         // tile; the q̂ term waits in registers while X takes w
         float qd[kPerWarp][4] = {};
-        load_rows(f.qn, r0, L, p.heads, h);
+        key_tile(f.qn, r0, L, p.heads, h);
         __syncthreads();
 #pragma unroll
         for (int m = 0; m < kPerWarp; ++m) {
@@ -430,7 +454,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
             }
         }
         __syncthreads();
-        load_rows(f.w, r0, L, HV, hv);
+        key_tile(f.w, r0, L, HV, hv);
         __syncthreads();
         const float last = expf(s.G[L - 1]);
 #pragma unroll
@@ -481,8 +505,8 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     const int L = ck.len, tid = threadIdx.x;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0);
     const DType in = p.q.dtype;
-    load_keys<T, KT>(s.q, x.qn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
-    load_keys<T, KT>(s.k, x.kn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
+    load_rows<kRows, KT>(s.q, x.qn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
+    load_rows<kRows, KT>(s.k, x.kn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
     for (int i = tid; i < kRows; i += kDeltaChunkThreads)
         s.G[i] = i < L ? x.G[(r0 + i) * HV + hv] : 0.f;
     // h's rows past K stay zero: q̂'s columns there are too, but 0 · NaN would not be
@@ -509,13 +533,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         __syncthreads();  // the scores are in, or the previous columns are done
         gather_tile(K, kCols, x.h, p.state, state, V, c0, V,
                     [&](int d, int c, float hd) { split_parts(s.h, d, c, hd); });
-        const auto* vn = static_cast<const unsigned short*>(x.v_new);
-        for (int e = tid; e < kRows * kCols; e += kDeltaChunkThreads) {
-            const int i = e / kCols, c = e % kCols;
-            const unsigned short b =
-                i < L && c0 + c < V ? vn[((r0 + i) * HV + hv) * V + c0 + c] : 0;
-            s.v[i][c] = *reinterpret_cast<const T*>(&b);
-        }
+        load_rows<kRows, kCols>(s.v, x.v_new, (r0 * HV + hv) * V + c0, int64_t(HV) * V, L, V - c0);
         __syncthreads();
         float qh[4][4] = {}, pv[4][4] = {};
         uint32_t a[4];

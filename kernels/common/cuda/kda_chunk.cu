@@ -30,7 +30,6 @@ namespace lav::cuda {
 namespace {
 
 constexpr int kThreads = kDeltaChunkThreads;
-constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;  // value columns per block of the state pass, per step of the others
 
 // at K = 128, C = 64: 105, 105 and 137 KB (of the 227 KB a block may have)
@@ -46,10 +45,10 @@ int64_t out_floats(int K, int C) {
 __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaChunkSaved x) {
     extern __shared__ float sm[];
     const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads, V = p.dv;
-    const int hv = blockIdx.y, h = hv / (HV / p.heads);
+    const int hv = blockIdx.y;
     const Chunk ck = chunk_at(p.seqs, C, blockIdx.x);
     if (ck.len == 0) return;
-    const int L = ck.len, tid = threadIdx.x, warp = tid / 32;
+    const int L = ck.len, tid = threadIdx.x;
     const Span& s = ck.s;
     const int64_t t0 = ck.c0, r0 = row(p.seqs, s, t0);
     const DType in = p.q.dtype;
@@ -59,14 +58,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
     float* Ti = A + C * C;         // [C, C] (I + A)⁻¹ in fp32
     float* vb = Ti + C * C;        // [C, kTile] round(β v)
     float* beta = vb + C * kTile;  // [C] β as used
-    // one value head of each key head keeps q̂ and k̂
-    const bool keeps_keys = hv % (HV / p.heads) == 0;
-    // q̂ and k̂ rows, a warp per row
-    for (int i = warp; i < L; i += kWarps) {
-        const int64_t r = ((r0 + i) * p.heads + h) * K;
-        unit_row(p, p.k, s, t0 + i, h, k + i * KP, keeps_keys ? x.kn : nullptr, in, r);
-        if (keeps_keys) unit_row(p, p.q, s, t0 + i, h, nullptr, x.qn, in, r);
-    }
+    key_rows(p, ck, hv, k, KP, x.qn, x.kn);
     const float rate = p.gate_in_kernel ? expf(p.A_log[hv]) : 0.f;
     for (int e = tid; e < L * K; e += kThreads) {
         const int i = e / K, d = e % K;
