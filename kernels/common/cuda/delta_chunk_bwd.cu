@@ -222,11 +222,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     float* G = beta + C;            // [C]
     float* dbv = G + C;             // [C] Σ dvb ⊙ v
     float* part = dbv + C;          // [kWarps]
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        Ti[i * C + j] = load(x.f.Ti, in, ((r0 + i) * HV + hv) * C + j);
-        dov[e] = dTv[e] = 0.f;
-    }
+    load_tile(Ti, C, L, L, x.f.Ti, in, (r0 * HV + hv) * C, int64_t(HV) * C);
+    for (int e = tid; e < L * L; e += kThreads) dov[e] = dTv[e] = 0.f;
     for (int i = tid; i < L; i += kThreads) {
         beta[i] = x.f.beta[(r0 + i) * HV + hv];
         G[i] = x.f.G[(r0 + i) * HV + hv];
@@ -241,32 +238,20 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int c0 = 0; c0 < V; c0 += kCols) {
             __syncthreads();  // the previous columns are done with every tile
             const int nc = V - c0 < kCols ? V - c0 : kCols;
-            for (int e = tid; e < nk * kCols; e += kThreads) {
-                const int dd = e / kCols, c = e % kCols;
-                const bool ok = c < nc;
-                const int64_t o = state + int64_t(k0 + dd) * V + c0 + c;
-                const float hs = ok ? load(x.f.h, p.state, o) : 0.f;
-                const float dHs = ok ? load(x.dH, p.state, o) : 0.f;
-                h[dd * kColRow + c] = hs;
-                dH[dd * kColRow + c] = dHs;
-                hd += hs * dHs;
-            }
-            for (int e = tid; e < L * kCols; e += kThreads) {
-                const int i = e / kCols, c = e % kCols;
-                const bool ok = c < nc;
-                const int64_t vo = ((r0 + i) * HV + hv) * V + c0 + c;
-                dO[i * kColRow + c] =
-                    ok ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0 + i, hv) + c0 + c)
-                       : 0.f;
-                vn[i * kColRow + c] = ok ? load(x.f.v_new, in, vo) : 0.f;
-                dvn[i * kColRow + c] = ok ? x.dvn[vo] : 0.f;
-                if (first)
-                    vb[i * kColRow + c] = ok ? rounded(load(p.v.data, p.v.dtype,
-                                                            at(p.v, ck.s, ck.c0 + i, hv) + c0 + c) *
-                                                           beta[i],
-                                                       in)
-                                             : 0.f;
-            }
+            const int64_t hk = state + int64_t(k0) * V, vo = (r0 * HV + hv) * V;
+            load_tile(h, kColRow, nk, kCols, x.f.h, p.state, hk, V, c0, V);
+            load_tile(dH, kColRow, nk, kCols, x.dH, p.state, hk, V, c0, V);
+            // each thread adds the elements it loaded
+            for (int e = tid; e < nk * kCols; e += kThreads)
+                hd += h[e / kCols * kColRow + e % kCols] * dH[e / kCols * kColRow + e % kCols];
+            load_tile(dO, kColRow, L, kCols, d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0, hv),
+                      d.d_o.st, c0, V);
+            load_tile(vn, kColRow, L, kCols, x.f.v_new, in, vo, int64_t(HV) * V, c0, V);
+            load_tile(dvn, kColRow, L, kCols, x.dvn, DType::f32, vo, int64_t(HV) * V, c0, V);
+            if (first)
+                gather_tile(
+                    L, kCols, p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0, hv), p.v.st, c0, V,
+                    [&](int i, int c, float v) { vb[i * kColRow + c] = rounded(v * beta[i], in); });
             __syncthreads();
             for (int e = tid; e < L * nk; e += kThreads) {
                 const int i = e / nk, dd = e % nk;
@@ -331,17 +316,11 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     float* db = dG + C;      // [C] dβ as used
     float* kdk = db + C;     // [C] k̂·dk_inter of each row
     const float* dw = Y;
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int64_t i = e / K, dd = e % K;
-        k[i * KP + dd] = load(x.f.kn, in, ((r0 + i) * p.heads + h) * K + dd);
-        Y[e] = x.dw[((r0 + i) * HV + hv) * K + dd];
-    }
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        Ti[i * C + j] = load(x.f.Ti, in, ((r0 + i) * HV + hv) * C + j);
-        dT[i * C + j] = x.dT[cc + i * C + j];
-        dov[i * C + j] = x.dov[cc + i * C + j];
-    }
+    load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
+    load_tile(Y, K, L, K, x.dw, DType::f32, (r0 * HV + hv) * K, int64_t(HV) * K);
+    load_tile(Ti, C, L, L, x.f.Ti, in, (r0 * HV + hv) * C, int64_t(HV) * C);
+    load_tile(dT, C, L, L, x.dT, DType::f32, cc, C);
+    load_tile(dov, C, L, L, x.dov, DType::f32, cc, C);
     for (int i = tid; i < L; i += kThreads) {
         G[i] = x.f.G[(r0 + i) * HV + hv];
         beta[i] = x.f.beta[(r0 + i) * HV + hv];
@@ -366,10 +345,7 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     }
     __syncthreads();
     float* q = Y;  // [C, K] q̂, in dw's place
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int64_t i = e / K, dd = e % K;
-        q[e] = load(x.f.qn, in, ((r0 + i) * p.heads + h) * K + dd);
-    }
+    load_tile(q, K, L, K, x.f.qn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
     // dA = −X Tiᵀ below the diagonal, and M = dA ⊙ exp(G_i − G_j) over dT
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
