@@ -90,12 +90,8 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
         store(x.w, in, ((r0 + i) * HV + hv) * K + d, t);
     }
     for (int c0 = 0; c0 < V; c0 += kTile) {
-        for (int e = tid; e < L * kTile; e += kThreads) {
-            const int j = e / kTile, c = c0 + e % kTile;
-            vb[e] =
-                c < V ? rounded(load(p.v.data, p.v.dtype, at(p.v, s, t0 + j, hv) + c) * beta[j], in)
-                      : 0.f;
-        }
+        gather_tile(L, kTile, p.v.data, p.v.dtype, at(p.v, s, t0, hv), p.v.st, c0, V,
+                    [&](int j, int c, float v) { vb[j * kTile + c] = rounded(v * beta[j], in); });
         __syncthreads();
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = c0 + e % kTile;

@@ -60,14 +60,13 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
     float* beta = vb + C * kTile;  // [C] β as used
     key_rows(p, ck, hv, k, KP, x.qn, x.kn);
     const float rate = p.gate_in_kernel ? expf(p.A_log[hv]) : 0.f;
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int i = e / K, d = e % K;
-        float g = load(p.g.data, p.g.dtype, at(p.g, s, t0 + i, hv) + d);
-        if (p.gate_in_kernel)
-            g = activated_gate(p, rate,
-                               g + (p.dt_bias != nullptr ? p.dt_bias[int64_t(hv) * K + d] : 0.f));
-        G[i * KP + d] = g;
-    }
+    gather_tile(
+        L, K, p.g.data, p.g.dtype, at(p.g, s, t0, hv), p.g.st, 0, K, [&](int i, int d, float g) {
+            if (p.gate_in_kernel)
+                g = activated_gate(
+                    p, rate, g + (p.dt_bias != nullptr ? p.dt_bias[int64_t(hv) * K + d] : 0.f));
+            G[i * KP + d] = g;
+        });
     for (int i = tid; i < L; i += kThreads) {
         beta[i] = activated_beta(p, load(p.beta.data, p.beta.dtype, at(p.beta, s, t0 + i, hv)));
         x.beta[(r0 + i) * HV + hv] = beta[i];
@@ -139,12 +138,8 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
         store(x.w, in, ((r0 + i) * HV + hv) * K + d, t);
     }
     for (int c0 = 0; c0 < V; c0 += kTile) {
-        for (int e = tid; e < L * kTile; e += kThreads) {
-            const int j = e / kTile, c = c0 + e % kTile;
-            vb[e] =
-                c < V ? rounded(beta[j] * load(p.v.data, p.v.dtype, at(p.v, s, t0 + j, hv) + c), in)
-                      : 0.f;
-        }
+        gather_tile(L, kTile, p.v.data, p.v.dtype, at(p.v, s, t0, hv), p.v.st, c0, V,
+                    [&](int j, int c, float v) { vb[j * kTile + c] = rounded(beta[j] * v, in); });
         __syncthreads();
         for (int e = tid; e < L * kTile; e += kThreads) {
             const int i = e / kTile, c = c0 + e % kTile;

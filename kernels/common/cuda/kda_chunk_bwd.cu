@@ -242,25 +242,15 @@ __global__ void __launch_bounds__(kThreads)
     for (int c0 = 0; c0 < V; c0 += kCols) {
         __syncthreads();  // the previous columns are done with every tile
         const int nc = V - c0 < kCols ? V - c0 : kCols;
-        for (int e = tid; e < K * kCols; e += kThreads) {
-            const int dd = e / kCols, c = e % kCols;
-            const bool ok = c < nc;
-            const int64_t o = state + int64_t(dd) * V + c0 + c;
-            h[dd * kColRow + c] = ok ? load(x.f.h, p.state, o) : 0.f;
-            dH[dd * kColRow + c] = ok ? load(x.dH, p.state, o) : 0.f;
-        }
-        for (int e = tid; e < L * kCols; e += kThreads) {
-            const int i = e / kCols, c = e % kCols;
-            const bool ok = c < nc;
-            const int64_t vo = ((r0 + i) * HV + hv) * V + c0 + c;
-            dO[i * kColRow + c] =
-                ok ? load(d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0 + i, hv) + c0 + c) : 0.f;
-            vn[i * kColRow + c] = ok ? load(x.f.v_new, in, vo) : 0.f;
-            dvn[i * kColRow + c] = ok ? x.dvn[vo] : 0.f;
-            vb[i * kColRow + c] =
-                ok ? beta[i] * load(p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0 + i, hv) + c0 + c)
-                   : 0.f;
-        }
+        const int64_t vo = (r0 * HV + hv) * V;
+        load_tile(h, kColRow, K, kCols, x.f.h, p.state, state, V, c0, V);
+        load_tile(dH, kColRow, K, kCols, x.dH, p.state, state, V, c0, V);
+        load_tile(dO, kColRow, L, kCols, d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0, hv),
+                  d.d_o.st, c0, V);
+        load_tile(vn, kColRow, L, kCols, x.f.v_new, in, vo, int64_t(HV) * V, c0, V);
+        load_tile(dvn, kColRow, L, kCols, x.dvn, DType::f32, vo, int64_t(HV) * V, c0, V);
+        gather_tile(L, kCols, p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0, hv), p.v.st, c0, V,
+                    [&](int i, int c, float v) { vb[i * kColRow + c] = beta[i] * v; });
         __syncthreads();
         for (int dd = tid; dd < K; dd += kThreads) {
             float a = 0.f;
@@ -319,12 +309,9 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     float* X = dT + C * C;      // [C, C] Tfᵀ dT
     float* dov = X + C * C;     // [C, C] scale dA_qk
     float* beta = dov + C * C;  // [C]
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int64_t i = e / K, dd = e % K, o = ((r0 + i) * HV + hv) * K + dd;
-        k[i * KP + dd] = load(x.f.kn, in, ((r0 + i) * p.heads + h) * K + dd);
-        G[i * KP + dd] = x.f.G[o];
-        Y[i * KP + dd] = x.dw[o];
-    }
+    load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
+    load_tile(G, KP, L, K, x.f.G, DType::f32, (r0 * HV + hv) * K, int64_t(HV) * K);
+    load_tile(Y, KP, L, K, x.dw, DType::f32, (r0 * HV + hv) * K, int64_t(HV) * K);
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
         Ti[i * C + j] = x.f.Tf[((r0 + i) * HV + hv) * C + j];
@@ -357,10 +344,7 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
         x.dw[((r0 + i) * HV + hv) * K + dd] = a;
     }
     __syncthreads();
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int64_t i = e / K, dd = e % K;
-        Y[i * KP + dd] = load(x.f.qn, in, ((r0 + i) * p.heads + h) * K + dd);
-    }
+    load_tile(Y, KP, L, K, x.f.qn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
     // dA = −X Tfᵀ, read below the diagonal only (A lives there)
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
