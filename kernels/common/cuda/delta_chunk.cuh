@@ -221,6 +221,29 @@ __device__ inline float lower_transposed(const float* T, int C, const float* M, 
     return a;
 }
 
+/// The row-walks of the backward's [C, C] and [C, K] sums: a thread takes column
+/// threadIdx.x % kColumnThreads and the rows i = threadIdx.x / kColumnThreads + kRowStep u,
+/// u < kRowsPerThread, and carries their sums side by side. With one block of eight warps a
+/// multiprocessor, one sum a thread left each FMA waiting on the last.
+constexpr int kColumnThreads = 64;
+constexpr int kRowStep = kDeltaChunkThreads / kColumnThreads;
+constexpr int kRowsPerThread = kMaxDeltaChunk / kRowStep;
+
+/// acc[u] = lower_transposed(T, C, M, stride, L, i_u, j) for this thread's rows i_u (row-walks
+/// above; zero where i_u ≥ L), each in lower_transposed's order.
+__device__ inline void lower_transposed_rows(float (&acc)[kRowsPerThread], const float* T, int C,
+                                             const float* M, int stride, int L, int j) {
+    const int i0 = threadIdx.x / kColumnThreads;
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) acc[u] = 0.f;
+    for (int m = i0; m < L; ++m) {
+        const float x = M[m * stride + j];
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u)
+            if (i0 + kRowStep * u <= m) acc[u] += T[m * C + i0 + kRowStep * u] * x;
+    }
+}
+
 /// One step of kChunkCols value columns (nc of them real, from c0) of the backward's sums that
 /// no key axis enters, by the whole block, on tiles of row stride kChunkColRow: dov += dO
 /// v_newᵀ, dTv += dv_new vbᵀ, and with dvb = Tᵀ dv_new (T the rows of (I + A)⁻¹ the backward

@@ -326,22 +326,37 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
         beta[i] = x.f.beta[(r0 + i) * HV + hv];
     }
     __syncthreads();
-    // dT = dw kbᵀ + dv_new vbᵀ, kb = round(k β exp(G))
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        const float bd = beta[j] * expf(G[j]);
-        float a = 0.f;
-        for (int dd = 0; dd < K; ++dd) a += dw[i * K + dd] * rounded(k[j * KP + dd] * bd, in);
-        dT[i * C + j] += a;
+    // the row-walks' column and first row (delta_chunk.cuh)
+    const int jc = tid % kColumnThreads, i0 = tid / kColumnThreads;
+    // dT = dw kbᵀ + dv_new vbᵀ, kb = round(k β exp(G)) formed once a column
+    if (jc < L) {
+        const float bd = beta[jc] * expf(G[jc]);
+        float a[kRowsPerThread] = {};
+        for (int dd = 0; dd < K; ++dd) {
+            const float kb = rounded(k[jc * KP + dd] * bd, in);
+#pragma unroll
+            for (int u = 0; u < kRowsPerThread; ++u)
+                if (i0 + kRowStep * u < L) a[u] += dw[(i0 + kRowStep * u) * K + dd] * kb;
+        }
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u)
+            if (i0 + kRowStep * u < L) dT[(i0 + kRowStep * u) * C + jc] += a[u];
     }
     __syncthreads();
     // X = Tiᵀ dT and dkb = Tiᵀ dw (Ti is lower triangular), dkb in dw's place in the scratch: the
     // block keeps k̂ and one more key tile, so that keys 256 wide fit
-    for (int e = tid; e < L * L; e += kThreads)
-        X[e / L * C + e % L] = lower_transposed(Ti, C, dT, C, L, e / L, e % L);
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int i = e / K, dd = e % K;
-        x.dw[((r0 + i) * HV + hv) * K + dd] = lower_transposed(Ti, C, dw, K, L, i, dd);
+    float acc[kRowsPerThread];
+    if (jc < L) {
+        lower_transposed_rows(acc, Ti, C, dT, C, L, jc);
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u)
+            if (i0 + kRowStep * u < L) X[(i0 + kRowStep * u) * C + jc] = acc[u];
+    }
+    for (int dd = jc; dd < K; dd += kColumnThreads) {
+        lower_transposed_rows(acc, Ti, C, dw, K, L, dd);
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u)
+            if (i0 + kRowStep * u < L) x.dw[((r0 + i0 + kRowStep * u) * HV + hv) * K + dd] = acc[u];
     }
     __syncthreads();
     float* q = Y;  // [C, K] q̂, in dw's place
@@ -357,35 +372,69 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
         dT[i * C + j] = a;
     }
     __syncthreads();
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        float a = 0.f;
-        for (int dd = 0; dd < K; ++dd) a += k[i * KP + dd] * k[j * KP + dd];
-        X[i * C + j] = a;
+    // k̂ k̂ᵀ below the diagonal, where the rows below read it
+    if (jc < L) {
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u) acc[u] = 0.f;
+        for (int dd = 0; dd < K; ++dd) {
+            const float kj = k[jc * KP + dd];
+#pragma unroll
+            for (int u = 0; u < kRowsPerThread; ++u) {
+                const int i = i0 + kRowStep * u;
+                if (jc < i && i < L) acc[u] += k[i * KP + dd] * kj;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u) {
+            const int i = i0 + kRowStep * u;
+            if (jc < i && i < L) X[i * C + jc] = acc[u];
+        }
     }
     __syncthreads();
     const float* M = dT;
     const float* kk = X;
-    // a warp per row: dq, dk per value head, dβ and ∂L/∂G_i before the reverse sum
+    // a warp per row: dq, dk per value head, dβ and ∂L/∂G_i before the reverse sum; a lane's keys
+    // dd = lane + 32 m, m < nm, side by side, so that each j's values are read once for them all
+    constexpr int kPer = kMaxDeltaChunkKeys / 32;
+    const int nm = (K - lane + 31) / 32;
     for (int i = warp; i < L; i += kWarps) {
         const float decay = expf(G[i]), to_end = expf(G[L - 1] - G[i]);
+        const int64_t o0 = ((r0 + i) * HV + hv) * K + lane;
+        float dq[kPer], intra[kPer] = {}, ak[kPer] = {}, bk[kPer] = {};
+#pragma unroll
+        for (int m = 0; m < kPer; ++m) dq[m] = m < nm ? x.dq[o0 + 32 * m] * (decay * p.scale) : 0.f;
+        for (int j = 0; j <= i; ++j) {
+            const float dv = dov[i * C + j], mij = j < i ? M[i * C + j] : 0.f;
+#pragma unroll
+            for (int m = 0; m < kPer; ++m) {
+                if (m >= nm) break;
+                const float kv = k[j * KP + lane + 32 * m];
+                dq[m] += dv * kv;
+                if (j < i) ak[m] += mij * kv;
+            }
+        }
+        for (int j = i; j < L; ++j) {
+            const float dv = dov[j * C + i], mji = M[j * C + i], bj = beta[j];
+#pragma unroll
+            for (int m = 0; m < kPer; ++m) {
+                if (m >= nm) break;
+                intra[m] += dv * q[j * K + lane + 32 * m];
+                if (j > i) bk[m] += mji * (k[j * KP + lane + 32 * m] * bj);
+            }
+        }
         float sq = 0.f, sk = 0.f, skb = 0.f, skin = 0.f;
-        for (int dd = lane; dd < K; dd += 32) {
-            const int64_t o = ((r0 + i) * HV + hv) * K + dd;
-            float dq = x.dq[o] * (decay * p.scale);
-            for (int j = 0; j <= i; ++j) dq += dov[i * C + j] * k[j * KP + dd];
-            float intra = 0.f;
-            for (int j = i; j < L; ++j) intra += dov[j * C + i] * q[j * K + dd];
+#pragma unroll
+        for (int m = 0; m < kPer; ++m) {
+            if (m >= nm) break;
+            const int dd = lane + 32 * m;
+            const int64_t o = o0 + 32 * m;
             const float inter = x.dk[o] * to_end;
-            float a = 0.f, b = 0.f;
-            for (int j = 0; j < i; ++j) a += M[i * C + j] * k[j * KP + dd];
-            for (int j = i + 1; j < L; ++j) b += M[j * C + i] * (k[j * KP + dd] * beta[j]);
             const float dkb = x.dw[o];
-            const float dk = intra + inter + dkb * (beta[i] * decay) + (a * beta[i] + b);
-            x.dq[o] = dq;
+            const float dk = intra[m] + inter + dkb * (beta[i] * decay) + (ak[m] * beta[i] + bk[m]);
+            x.dq[o] = dq[m];
             x.dk[o] = dk;
-            sq += q[i * K + dd] * dq;
-            sk += k[i * KP + dd] * (intra + inter);
+            sq += q[i * K + dd] * dq[m];
+            sk += k[i * KP + dd] * (intra[m] + inter);
             skb += dkb * k[i * KP + dd];
             skin += k[i * KP + dd] * inter;
         }
