@@ -244,6 +244,34 @@ __device__ inline void lower_transposed_rows(float (&acc)[kRowsPerThread], const
     }
 }
 
+/// One step of kChunkCols value columns of the backward's [L, nk] sums over the value columns
+/// (tiles of row stride kChunkColRow, the [L, nk] sums compact): dw += dv_new hᵀ, dqh += dO hᵀ,
+/// dkh += v_new dHᵀ. Row-walks (above) over the key columns, a column's h and dH in registers.
+__device__ inline void key_column_sums(int L, int nk, const float* h, const float* dH,
+                                       const float* dO, const float* vn, const float* dvn,
+                                       float* dw, float* dqh, float* dkh) {
+    for (int dd = threadIdx.x % kColumnThreads; dd < nk; dd += kColumnThreads) {
+        float hr[kChunkCols], dHr[kChunkCols];
+#pragma unroll
+        for (int cc = 0; cc < kChunkCols; ++cc) {
+            hr[cc] = h[dd * kChunkColRow + cc];
+            dHr[cc] = dH[dd * kChunkColRow + cc];
+        }
+        for (int i = threadIdx.x / kColumnThreads; i < L; i += kRowStep) {
+            float a = 0.f, b = 0.f, c = 0.f;
+#pragma unroll
+            for (int cc = 0; cc < kChunkCols; ++cc) {
+                a += dvn[i * kChunkColRow + cc] * hr[cc];
+                b += dO[i * kChunkColRow + cc] * hr[cc];
+                c += vn[i * kChunkColRow + cc] * dHr[cc];
+            }
+            dw[i * nk + dd] += a;
+            dqh[i * nk + dd] += b;
+            dkh[i * nk + dd] += c;
+        }
+    }
+}
+
 /// One step of kChunkCols value columns (nc of them real, from c0) of the backward's sums that
 /// no key axis enters, by the whole block, on tiles of row stride kChunkColRow: dov += dO
 /// v_newᵀ, dTv += dv_new vbᵀ, and with dvb = Tᵀ dv_new (T the rows of (I + A)⁻¹ the backward
@@ -254,15 +282,25 @@ __device__ inline void value_column_sums(const DeltaChunkProblem& p, const Delta
                                          const float* vb, const float* beta, float* dov, float* dTv,
                                          float* dbv) {
     const int L = ck.len, C = p.chunk, tid = threadIdx.x;
-    for (int e = tid; e < L * L; e += kDeltaChunkThreads) {
-        const int i = e / L, j = e % L;
-        float a = 0.f, b = 0.f;
+    // a row-walk (above), column j's values in registers
+    const int j = tid % kColumnThreads, i0 = tid / kColumnThreads;
+    if (j < L) {
+        float vj[kChunkCols], bj[kChunkCols];
+#pragma unroll
         for (int cc = 0; cc < kChunkCols; ++cc) {
-            a += dO[i * kChunkColRow + cc] * vn[j * kChunkColRow + cc];
-            b += dvn[i * kChunkColRow + cc] * vb[j * kChunkColRow + cc];
+            vj[cc] = vn[j * kChunkColRow + cc];
+            bj[cc] = vb[j * kChunkColRow + cc];
         }
-        dov[e] += a;
-        dTv[e] += b;
+        for (int i = i0; i < L; i += kRowStep) {
+            float a = 0.f, b = 0.f;
+#pragma unroll
+            for (int cc = 0; cc < kChunkCols; ++cc) {
+                a += dO[i * kChunkColRow + cc] * vj[cc];
+                b += dvn[i * kChunkColRow + cc] * bj[cc];
+            }
+            dov[i * L + j] += a;
+            dTv[i * L + j] += b;
+        }
     }
     // the 16 lanes of a row add its dβ term
     for (int base = 0; base < L * kChunkCols; base += kDeltaChunkThreads) {

@@ -253,18 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     L, kCols, p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0, hv), p.v.st, c0, V,
                     [&](int i, int c, float v) { vb[i * kColRow + c] = rounded(v * beta[i], in); });
             __syncthreads();
-            for (int e = tid; e < L * nk; e += kThreads) {
-                const int i = e / nk, dd = e % nk;
-                float a = 0.f, b = 0.f, c = 0.f;
-                for (int cc = 0; cc < kCols; ++cc) {
-                    a += dvn[i * kColRow + cc] * h[dd * kColRow + cc];
-                    b += dO[i * kColRow + cc] * h[dd * kColRow + cc];
-                    c += vn[i * kColRow + cc] * dH[dd * kColRow + cc];
-                }
-                dw[e] += a;
-                dqh[e] += b;
-                dkh[e] += c;
-            }
+            key_column_sums(L, nk, h, dH, dO, vn, dvn, dw, dqh, dkh);
             if (!first) continue;
             value_column_sums(p, d, ck, hv, c0, nc, Ti, dO, vn, dvn, vb, beta, dov, dTv, dbv);
         }

@@ -257,18 +257,7 @@ __global__ void __launch_bounds__(kThreads)
             for (int cc = 0; cc < kCols; ++cc) a += h[dd * kColRow + cc] * dH[dd * kColRow + cc];
             hd[dd] += a;
         }
-        for (int e = tid; e < L * K; e += kThreads) {
-            const int i = e / K, dd = e % K;
-            float a = 0.f, b = 0.f, c = 0.f;
-            for (int cc = 0; cc < kCols; ++cc) {
-                a += dvn[i * kColRow + cc] * h[dd * kColRow + cc];
-                b += dO[i * kColRow + cc] * h[dd * kColRow + cc];
-                c += vn[i * kColRow + cc] * dH[dd * kColRow + cc];
-            }
-            dw[e] += a;
-            dqh[e] += b;
-            dkh[e] += c;
-        }
+        key_column_sums(L, K, h, dH, dO, vn, dvn, dw, dqh, dkh);
         value_column_sums(p, d, ck, hv, c0, nc, Ti, dO, vn, dvn, vb, beta, dov, dTv, dbv);
     }
     __syncthreads();
