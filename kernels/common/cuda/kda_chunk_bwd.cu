@@ -202,7 +202,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 /// Pass 3, a block per (chunk slot, value head): the sums over the value columns, kCols at a
 /// time, each thread adding to the elements it owns.
-__global__ void __launch_bounds__(kThreads)
+// one block a multiprocessor by its shared memory (as state_bwd)
+__global__ void __launch_bounds__(kThreads, 1)
     values_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
     const DType in = p.q.dtype;
@@ -279,7 +280,10 @@ __global__ void __launch_bounds__(kThreads)
 
 /// Pass 4, a block per (chunk slot, value head): through W = Tf kb, Tf = (I + A)⁻¹, A and A_qk,
 /// then G's cumsum and the gate.
-__global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
+// one block a multiprocessor by its shared memory: ptxas, left alone, kept to 80 registers and
+// spilled
+__global__ void __launch_bounds__(kThreads, 1)
+    keys_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
     const DType in = p.q.dtype;
     const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads;
