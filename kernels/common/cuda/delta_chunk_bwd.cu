@@ -93,14 +93,23 @@ __global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, Delt
     load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, p.heads * K);
     for (int i = tid; i < L; i += kThreads) G[i] = x.f.G[(r0 + i) * HV + hv];
     __syncthreads();
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        float a = 0.f;
-        if (j <= i) {
-            for (int dd = 0; dd < K; ++dd) a += q[i * K + dd] * k[j * KP + dd];
-            a *= expf(G[i] - G[j]);
+    // row-walks (delta_chunk.cuh), k̂_j read once for the column's rows
+    const int j = tid % kColumnThreads, i0 = tid / kColumnThreads;
+    if (j >= L) return;
+    float a[kRowsPerThread] = {};
+    for (int dd = 0; dd < K; ++dd) {
+        const float kj = k[j * KP + dd];
+#pragma unroll
+        for (int u = 0; u < kRowsPerThread; ++u) {
+            const int i = i0 + kRowStep * u;
+            if (j <= i && i < L) a[u] += q[i * K + dd] * kj;
         }
-        x.dov[((slot * HV + hv) * C + i) * C + j] = a;
+    }
+#pragma unroll
+    for (int u = 0; u < kRowsPerThread; ++u) {
+        const int i = i0 + kRowStep * u;
+        if (i < L)
+            x.dov[((slot * HV + hv) * C + i) * C + j] = j <= i ? a[u] * expf(G[i] - G[j]) : 0.f;
     }
 }
 
