@@ -221,28 +221,12 @@ __device__ inline float lower_transposed(const float* T, int C, const float* M, 
     return a;
 }
 
-/// The row-walks of the backward's [C, C] and [C, K] sums: a thread takes column
-/// threadIdx.x % kColumnThreads and the rows i = threadIdx.x / kColumnThreads + kRowStep u,
-/// u < kRowsPerThread, and carries their sums side by side. With one block of eight warps a
-/// multiprocessor, one sum a thread left each FMA waiting on the last.
+/// The row-walks of the backward's sums over value columns: a thread takes column
+/// threadIdx.x % kColumnThreads, holds that column's kChunkCols values in registers, and walks
+/// the rows threadIdx.x / kColumnThreads + kRowStep u: one shared-memory read a product where
+/// a thread per element read two.
 constexpr int kColumnThreads = 64;
 constexpr int kRowStep = kDeltaChunkThreads / kColumnThreads;
-constexpr int kRowsPerThread = kMaxDeltaChunk / kRowStep;
-
-/// acc[u] = lower_transposed(T, C, M, stride, L, i_u, j) for this thread's rows i_u (row-walks
-/// above; zero where i_u ≥ L), each in lower_transposed's order.
-__device__ inline void lower_transposed_rows(float (&acc)[kRowsPerThread], const float* T, int C,
-                                             const float* M, int stride, int L, int j) {
-    const int i0 = threadIdx.x / kColumnThreads;
-#pragma unroll
-    for (int u = 0; u < kRowsPerThread; ++u) acc[u] = 0.f;
-    for (int m = i0; m < L; ++m) {
-        const float x = M[m * stride + j];
-#pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u)
-            if (i0 + kRowStep * u <= m) acc[u] += T[m * C + i0 + kRowStep * u] * x;
-    }
-}
 
 /// One step of kChunkCols value columns of the backward's [L, nk] sums over the value columns
 /// (tiles of row stride kChunkColRow, the [L, nk] sums compact): dw += dv_new hᵀ, dqh += dO hᵀ,

@@ -93,23 +93,14 @@ __global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, Delt
     load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, p.heads * K);
     for (int i = tid; i < L; i += kThreads) G[i] = x.f.G[(r0 + i) * HV + hv];
     __syncthreads();
-    // row-walks (delta_chunk.cuh), k̂_j read once for the column's rows
-    const int j = tid % kColumnThreads, i0 = tid / kColumnThreads;
-    if (j >= L) return;
-    float a[kRowsPerThread] = {};
-    for (int dd = 0; dd < K; ++dd) {
-        const float kj = k[j * KP + dd];
-#pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u) {
-            const int i = i0 + kRowStep * u;
-            if (j <= i && i < L) a[u] += q[i * K + dd] * kj;
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        if (j <= i) {
+            for (int dd = 0; dd < K; ++dd) a += q[i * K + dd] * k[j * KP + dd];
+            a *= expf(G[i] - G[j]);
         }
-    }
-#pragma unroll
-    for (int u = 0; u < kRowsPerThread; ++u) {
-        const int i = i0 + kRowStep * u;
-        if (i < L)
-            x.dov[((slot * HV + hv) * C + i) * C + j] = j <= i ? a[u] * expf(G[i] - G[j]) : 0.f;
+        x.dov[((slot * HV + hv) * C + i) * C + j] = a;
     }
 }
 
@@ -324,37 +315,45 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
         beta[i] = x.f.beta[(r0 + i) * HV + hv];
     }
     __syncthreads();
-    // the row-walks' column and first row (delta_chunk.cuh)
-    const int jc = tid % kColumnThreads, i0 = tid / kColumnThreads;
-    // dT = dw kbᵀ + dv_new vbᵀ, kb = round(k β exp(G)) formed once a column
-    if (jc < L) {
-        const float bd = beta[jc] * expf(G[jc]);
-        float a[kRowsPerThread] = {};
-        for (int dd = 0; dd < K; ++dd) {
-            const float kb = rounded(k[jc * KP + dd] * bd, in);
+    // dT = dw kbᵀ + dv_new vbᵀ, kb = round(k β exp(G)): a thread takes rows tid / 16 + 16 u and
+    // columns tid % 16 + 16 v (u, v < 4), 8 values read and 4 rounded per 16 FMAs
+    {
+        const int i0 = tid / 16, j0 = tid % 16;
+        float bd[4], a[4][4] = {};
+        int ri[4], rj[4];  // the rows read, clamped to the chunk
 #pragma unroll
-            for (int u = 0; u < kRowsPerThread; ++u)
-                if (i0 + kRowStep * u < L) a[u] += dw[(i0 + kRowStep * u) * K + dd] * kb;
+        for (int v = 0; v < 4; ++v) {
+            ri[v] = i0 + 16 * v < L ? i0 + 16 * v : L - 1;
+            rj[v] = j0 + 16 * v < L ? j0 + 16 * v : L - 1;
+            bd[v] = beta[rj[v]] * expf(G[rj[v]]);
+        }
+        for (int dd = 0; dd < K; ++dd) {
+            float w[4], kb[4];
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                w[v] = dw[ri[v] * K + dd];
+                kb[v] = rounded(k[rj[v] * KP + dd] * bd[v], in);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) a[u][v] += w[u] * kb[v];
         }
 #pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u)
-            if (i0 + kRowStep * u < L) dT[(i0 + kRowStep * u) * C + jc] += a[u];
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int v = 0; v < 4; ++v)
+                if (i0 + 16 * u < L && j0 + 16 * v < L)
+                    dT[(i0 + 16 * u) * C + j0 + 16 * v] += a[u][v];
     }
     __syncthreads();
     // X = Tiᵀ dT and dkb = Tiᵀ dw (Ti is lower triangular), dkb in dw's place in the scratch: the
     // block keeps k̂ and one more key tile, so that keys 256 wide fit
-    float acc[kRowsPerThread];
-    if (jc < L) {
-        lower_transposed_rows(acc, Ti, C, dT, C, L, jc);
-#pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u)
-            if (i0 + kRowStep * u < L) X[(i0 + kRowStep * u) * C + jc] = acc[u];
-    }
-    for (int dd = jc; dd < K; dd += kColumnThreads) {
-        lower_transposed_rows(acc, Ti, C, dw, K, L, dd);
-#pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u)
-            if (i0 + kRowStep * u < L) x.dw[((r0 + i0 + kRowStep * u) * HV + hv) * K + dd] = acc[u];
+    for (int e = tid; e < L * L; e += kThreads)
+        X[e / L * C + e % L] = lower_transposed(Ti, C, dT, C, L, e / L, e % L);
+    for (int e = tid; e < L * K; e += kThreads) {
+        const int i = e / K, dd = e % K;
+        x.dw[((r0 + i) * HV + hv) * K + dd] = lower_transposed(Ti, C, dw, K, L, i, dd);
     }
     __syncthreads();
     float* q = Y;  // [C, K] q̂, in dw's place
@@ -371,22 +370,12 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     }
     __syncthreads();
     // k̂ k̂ᵀ below the diagonal, where the rows below read it
-    if (jc < L) {
-#pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u) acc[u] = 0.f;
-        for (int dd = 0; dd < K; ++dd) {
-            const float kj = k[jc * KP + dd];
-#pragma unroll
-            for (int u = 0; u < kRowsPerThread; ++u) {
-                const int i = i0 + kRowStep * u;
-                if (jc < i && i < L) acc[u] += k[i * KP + dd] * kj;
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u) {
-            const int i = i0 + kRowStep * u;
-            if (jc < i && i < L) X[i * C + jc] = acc[u];
-        }
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        if (j >= i) continue;
+        float a = 0.f;
+        for (int dd = 0; dd < K; ++dd) a += k[i * KP + dd] * k[j * KP + dd];
+        X[i * C + j] = a;
     }
     __syncthreads();
     const float* M = dT;

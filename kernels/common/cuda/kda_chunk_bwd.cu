@@ -280,10 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 /// Pass 4, a block per (chunk slot, value head): through W = Tf kb, Tf = (I + A)⁻¹, A and A_qk,
 /// then G's cumsum and the gate.
-// one block a multiprocessor by its shared memory: ptxas, left alone, kept to 80 registers and
-// spilled
-__global__ void __launch_bounds__(kThreads, 1)
-    keys_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
+__global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
     const DType in = p.q.dtype;
     const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads;
@@ -318,35 +315,23 @@ __global__ void __launch_bounds__(kThreads, 1)
         Z[j * KP + dd] = beta[j] * (k[j * KP + dd] * expf(G[j * KP + dd]));
     }
     __syncthreads();
-    // dT = dv_new vbᵀ + dW kbᵀ, X = Tfᵀ dT and dkb = Tfᵀ dW (Tf is lower triangular), dkb in
-    // dW's place in the scratch: row-walks (delta_chunk.cuh)
-    const int jc = tid % kColumnThreads, i0 = tid / kColumnThreads;
-    float acc[kRowsPerThread];
-    if (jc < L) {
-#pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u) acc[u] = 0.f;
-        for (int dd = 0; dd < K; ++dd) {
-            const float z = Z[jc * KP + dd];
-#pragma unroll
-            for (int u = 0; u < kRowsPerThread; ++u)
-                if (i0 + kRowStep * u < L) acc[u] += Y[(i0 + kRowStep * u) * KP + dd] * z;
-        }
-#pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u)
-            if (i0 + kRowStep * u < L) dT[(i0 + kRowStep * u) * C + jc] += acc[u];
+    // dT = dv_new vbᵀ + dW kbᵀ
+    for (int e = tid; e < L * L; e += kThreads) {
+        const int i = e / L, j = e % L;
+        float a = 0.f;
+        for (int dd = 0; dd < K; ++dd) a += Y[i * KP + dd] * Z[j * KP + dd];
+        dT[i * C + j] += a;
     }
     __syncthreads();
-    if (jc < L) {
-        lower_transposed_rows(acc, Ti, C, dT, C, L, jc);
-#pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u)
-            if (i0 + kRowStep * u < L) X[(i0 + kRowStep * u) * C + jc] = acc[u];
-    }
-    for (int dd = jc; dd < K; dd += kColumnThreads) {
-        lower_transposed_rows(acc, Ti, C, Y, KP, L, dd);
-#pragma unroll
-        for (int u = 0; u < kRowsPerThread; ++u)
-            if (i0 + kRowStep * u < L) x.dw[((r0 + i0 + kRowStep * u) * HV + hv) * K + dd] = acc[u];
+    // X = Tfᵀ dT and dkb = Tfᵀ dW (Tf is lower triangular), dkb in dW's place in the scratch
+    for (int e = tid; e < L * L; e += kThreads)
+        X[e / L * C + e % L] = lower_transposed(Ti, C, dT, C, L, e / L, e % L);
+    for (int e = tid; e < L * K; e += kThreads) {
+        // lower_transposed() here made ptxas cap this kernel at 80 registers and spill
+        const int i = e / K, dd = e % K;
+        float a = 0.f;
+        for (int m = i; m < L; ++m) a += Ti[m * C + i] * Y[m * KP + dd];
+        x.dw[((r0 + i) * HV + hv) * K + dd] = a;
     }
     __syncthreads();
     load_tile(Y, KP, L, K, x.f.qn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
