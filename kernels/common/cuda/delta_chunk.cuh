@@ -221,6 +221,43 @@ __device__ inline float lower_transposed(const float* T, int C, const float* M, 
     return a;
 }
 
+/// lower_transposed(T, C, M, stride, L, i, c) for every row i < L and column c < cols, each sum in
+/// its order, handed to put(i, c, value). A warp takes the blocks of four rows w and 15 − w (so
+/// that the warps sum as many terms), a lane the columns lane + 32 v, v < 4, 128 at a time: a
+/// step of the sums reads 8 values for 16 products, where a thread per element read 2 for 1.
+template <typename Put>
+__device__ inline void lower_transposed_all(const float* T, int C, const float* M, int stride,
+                                            int L, int cols, Put&& put) {
+    constexpr int kWarps = kDeltaChunkThreads / 32;
+    static_assert(2 * kWarps * 4 == kMaxDeltaChunk, "two blocks of four rows a warp");
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int half = 0; half < 2; ++half) {
+        const int i0 = 4 * (half == 0 ? warp : 2 * kWarps - 1 - warp);
+        if (i0 >= L) continue;
+        for (int c0 = lane; c0 < cols; c0 += 128) {
+            float acc[4][4] = {};
+            for (int m = i0; m < L; ++m) {
+                float t[4], x[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) t[u] = i0 + u < L ? T[m * C + i0 + u] : 0.f;
+#pragma unroll
+                for (int v = 0; v < 4; ++v)
+                    x[v] = c0 + 32 * v < cols ? M[m * stride + c0 + 32 * v] : 0.f;
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (m >= i0 + u)
+#pragma unroll
+                        for (int v = 0; v < 4; ++v) acc[u][v] += t[u] * x[v];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int v = 0; v < 4; ++v)
+                    if (i0 + u < L && c0 + 32 * v < cols) put(i0 + u, c0 + 32 * v, acc[u][v]);
+        }
+    }
+}
+
 /// The row-walks of the backward's sums over value columns: a thread takes column
 /// threadIdx.x % kColumnThreads, holds that column's kChunkCols values in registers, and walks
 /// the rows threadIdx.x / kColumnThreads + kRowStep u: one shared-memory read a product where

@@ -349,12 +349,9 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     __syncthreads();
     // X = Tiᵀ dT and dkb = Tiᵀ dw (Ti is lower triangular), dkb in dw's place in the scratch: the
     // block keeps k̂ and one more key tile, so that keys 256 wide fit
-    for (int e = tid; e < L * L; e += kThreads)
-        X[e / L * C + e % L] = lower_transposed(Ti, C, dT, C, L, e / L, e % L);
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int i = e / K, dd = e % K;
-        x.dw[((r0 + i) * HV + hv) * K + dd] = lower_transposed(Ti, C, dw, K, L, i, dd);
-    }
+    lower_transposed_all(Ti, C, dT, C, L, L, [&](int i, int j, float a) { X[i * C + j] = a; });
+    lower_transposed_all(Ti, C, dw, K, L, K,
+                         [&](int i, int dd, float a) { x.dw[((r0 + i) * HV + hv) * K + dd] = a; });
     __syncthreads();
     float* q = Y;  // [C, K] q̂, in dw's place
     load_tile(q, K, L, K, x.f.qn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);

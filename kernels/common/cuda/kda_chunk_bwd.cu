@@ -324,15 +324,9 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     }
     __syncthreads();
     // X = Tfᵀ dT and dkb = Tfᵀ dW (Tf is lower triangular), dkb in dW's place in the scratch
-    for (int e = tid; e < L * L; e += kThreads)
-        X[e / L * C + e % L] = lower_transposed(Ti, C, dT, C, L, e / L, e % L);
-    for (int e = tid; e < L * K; e += kThreads) {
-        // lower_transposed() here made ptxas cap this kernel at 80 registers and spill
-        const int i = e / K, dd = e % K;
-        float a = 0.f;
-        for (int m = i; m < L; ++m) a += Ti[m * C + i] * Y[m * KP + dd];
-        x.dw[((r0 + i) * HV + hv) * K + dd] = a;
-    }
+    lower_transposed_all(Ti, C, dT, C, L, L, [&](int i, int j, float a) { X[i * C + j] = a; });
+    lower_transposed_all(Ti, C, Y, KP, L, K,
+                         [&](int i, int dd, float a) { x.dw[((r0 + i) * HV + hv) * K + dd] = a; });
     __syncthreads();
     load_tile(Y, KP, L, K, x.f.qn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
     // dA = −X Tfᵀ, read below the diagonal only (A lives there)
