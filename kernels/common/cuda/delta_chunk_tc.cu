@@ -29,6 +29,10 @@ constexpr int kCols = 64;       // value columns per step of the output pass
 constexpr int kStateCols = 32;  // value columns per block of the state pass
 static_assert(kDeltaChunkThreads == kTensorCoreThreads, "eight warps: four row blocks, two halves");
 
+/// Row and column, within its 16 × 8 tile, of element u of a thread's mma.sync accumulator.
+__device__ __forceinline__ int acc_row(int u) { return threadIdx.x % 32 / 4 + u / 2 * 8; }
+__device__ __forceinline__ int acc_col(int u) { return 2 * (threadIdx.x % 4) + u % 2; }
+
 /// R × W elements of 16-bit src into dst (row r from at + r · pitch, its first `cols` columns),
 /// zeros past `rows` rows and `cols` columns. 16 bytes a load where src's rows are aligned to
 /// them, and a thread's loads issued four at a time before it stores the first: the passes
@@ -156,7 +160,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     const int hv = blockIdx.y;
     const Chunk ck = chunk_at(p.seqs, C, blockIdx.x);
     if (ck.len == 0) return;
-    const int L = ck.len, tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    const int L = ck.len, tid = threadIdx.x, warp = tid / 32;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0);
     const DType in = p.q.dtype;
     prep_rows(p, x, ck, hv, &s.kf[0][0], KT + 1, s.beta, s.G, s.decay);
@@ -176,7 +180,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                const int i = rb + g + u / 2 * 8, j = cb + 8 * nt + 2 * t + u % 2;
+                const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
                 s.A[i][j] = j < i && i < L ? acc[nt][u] * expf(s.G[i] - s.G[j]) * s.beta[i] : 0.f;
             }
     }
@@ -204,7 +208,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         for (int n = 0; n < 4; ++n)
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                const int i = rb + g + u / 2 * 8, d = n0[n] + 2 * t + u % 2;
+                const int i = rb + acc_row(u), d = n0[n] + acc_col(u);
                 if (i < L && d < K) store(x.w, in, ((r0 + i) * HV + hv) * K + d, acc[n][u]);
             }
     }
@@ -221,7 +225,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         for (int n = 0; n < 4; ++n)
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                const int i = rb + g + u / 2 * 8, c = c0 + n0[n] + 2 * t + u % 2;
+                const int i = rb + acc_row(u), c = c0 + n0[n] + acc_col(u);
                 if (i < L && c < V) store(x.u, in, ((r0 + i) * HV + hv) * V + c, acc[n][u]);
             }
         __syncthreads();  // the step is done with vb
@@ -250,7 +254,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     const int n = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / p.heads);
     const int col0 = blockIdx.y * kStateCols;
     const Span sp = span(p.seqs, n);
-    const int tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    const int tid = threadIdx.x, warp = tid / 32;
     const DType in = p.q.dtype;
     const int parts = p.state == in ? 1 : kParts;
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
@@ -296,7 +300,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
             for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
-                    const int i = rb + g + u / 2 * 8, c = cb + 8 * nt + 2 * t + u % 2;
+                    const int i = rb + acc_row(u), c = cb + 8 * nt + acc_col(u);
                     float vd = 0.f;
                     if (i < L) {
                         const float v_new = rounded(s.u[i][c] - acc[nt][u], in);
@@ -322,7 +326,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
             }
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                const int d = db + g + u / 2 * 8, c = n0 + 2 * t + u % 2;
+                const int d = db + acc_row(u), c = n0 + acc_col(u);
                 if (d < K) s.S[d][c] = s.S[d][c] * last + acc[u];
             }
         }
@@ -361,7 +365,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
     const int n = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / p.heads);
     const int col0 = blockIdx.y * kStateCols;
     const Span sp = span(p.seqs, n);
-    const int tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    const int tid = threadIdx.x, warp = tid / 32;
     const int dh_parts = p.state == p.q.dtype ? 1 : kParts;
     // [KT, kStateCols] in 16 × 8 tiles, the same number to each warp
     constexpr int kWarps = kDeltaChunkThreads / 32, kPerWarp = KT / 16 * (kStateCols / 8) / kWarps;
@@ -427,7 +431,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
             for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
-                    const int i = rb + g + u / 2 * 8, c = cb + 8 * nt + 2 * t + u % 2;
+                    const int i = rb + acc_row(u), c = cb + 8 * nt + acc_col(u);
                     float v = 0.f;
                     if (i < L) {
                         v = kd[nt][u] * expf(s.G[L - 1] - s.G[i]) + pd[nt][u] * p.scale;
@@ -470,7 +474,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
             }
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                const int dd = db + g + u / 2 * 8, c = n0 + 2 * t + u % 2;
+                const int dd = db + acc_row(u), c = n0 + acc_col(u);
                 if (dd < K) s.dS[dd][c] = s.dS[dd][c] * last + qd[m][u] - wd[u];
             }
         }
@@ -513,7 +517,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.h[q], K);
     __syncthreads();
     // warp w: rows rb + [0, 16), columns cb + [0, 32) of the scores and of each value step
-    const int warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    const int warp = tid / 32;
     const int rb = 16 * (warp % 4), cb = 32 * (warp / 4);
     {
         float acc[4][4] = {};
@@ -522,7 +526,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                const int i = rb + g + u / 2 * 8, j = cb + 8 * nt + 2 * t + u % 2;
+                const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
                 const float v = j <= i && i < L ? acc[nt][u] * expf(s.G[i] - s.G[j]) : 0.f;
                 s.P[i][j] = Half16<T>::from(v);
             }
@@ -548,7 +552,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                const int i = rb + g + u / 2 * 8, c = c0 + cb + 8 * nt + 2 * t + u % 2;
+                const int i = rb + acc_row(u), c = c0 + cb + 8 * nt + acc_col(u);
                 if (i >= L || c >= V) continue;
                 const float a_i = qh[nt][u] * expf(s.G[i]);
                 store(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c,
