@@ -105,12 +105,13 @@ class ChunkWorkspace {
     int64_t bytes_;
 };
 
-/// Lane `lane`'s elements lane + 32 m of row t of key head h of q or k, raw: fetched for both
-/// before either is used, so that a warp waits out one load latency a row, not four.
+/// A lane's elements lane + 32 m of one row of q or k, raw (widen() takes them).
 struct KeyRowBits {
     uint32_t bits[kMaxDeltaChunkKeys / 32];
 };
 
+/// Row t of key head h of src for this lane. key_rows fetches a row of q and one of k before it
+/// uses either, so that a warp waits out one load latency a row, not four (twice each).
 __device__ inline KeyRowBits fetch_row(const DeltaChunkProblem& p, const Strided& src,
                                        const Span& s, int64_t t, int h) {
     const int lane = threadIdx.x % 32;
