@@ -17,10 +17,12 @@ namespace lav::cuda {
 /// Threads per block of every chunk kernel.
 constexpr int kDeltaChunkThreads = 256;
 /// Value columns per step of the backward's chunk-parallel sums, and the row stride of their
-/// column tiles: padded as padded_keys() pads key rows (a stride of 16 floats puts the lanes of
-/// a warp on two banks).
+/// column tiles: rows start 16-byte aligned, so that a row is read as four float4s, and 20
+/// floats apart, which puts the float4s of eight consecutive rows in distinct banks.
 constexpr int kChunkCols = 16;
-constexpr int kChunkColRow = kChunkCols + 1;
+constexpr int kChunkColRow = kChunkCols + 4;
+/// n floats rounded up to whole float4s: a tile after n floats starts as aligned as the first.
+constexpr int64_t whole_float4s(int64_t n) { return (n + 3) / 4 * 4; }
 
 /// put(r, j, x) for each row r < rows and column j < cols of a tile of a 32- or 16-bit array in
 /// dtype d: x is element at + r · pitch + col0 + j, or 0 where col0 + j ≥ width. Each thread
@@ -261,10 +263,44 @@ __device__ inline void lower_transposed_all(const float* T, int C, const float* 
 
 /// The row-walks of the backward's sums over value columns: a thread takes column
 /// threadIdx.x % kColumnThreads, holds that column's kChunkCols values in registers, and walks
-/// the rows threadIdx.x / kColumnThreads + kRowStep u: one shared-memory read a product where
-/// a thread per element read two.
+/// the rows threadIdx.x / kColumnThreads + kRowStep u, two at a time: the rows' values are
+/// read as float4s, the same for all of a warp's lanes.
 constexpr int kColumnThreads = 64;
 constexpr int kRowStep = kDeltaChunkThreads / kColumnThreads;
+
+/// The kChunkCols values of a column tile's row (row stride kChunkColRow).
+__device__ __forceinline__ void tile_row(float (&r)[kChunkCols], const float* row) {
+#pragma unroll
+    for (int c = 0; c < kChunkCols; c += 4) {
+        const float4 x = *reinterpret_cast<const float4*>(row + c);
+        r[c] = x.x, r[c + 1] = x.y, r[c + 2] = x.z, r[c + 3] = x.w;
+    }
+}
+
+/// s + Σ_c x_c y_c over a row's kChunkCols columns, x a column tile's row, in ascending c.
+__device__ __forceinline__ float row_dot(float s, const float* x, const float (&y)[kChunkCols]) {
+#pragma unroll
+    for (int c = 0; c < kChunkCols; c += 4) {
+        const float4 v = *reinterpret_cast<const float4*>(x + c);
+        s += v.x * y[c];
+        s += v.y * y[c + 1];
+        s += v.z * y[c + 2];
+        s += v.w * y[c + 3];
+    }
+    return s;
+}
+
+/// The rows i and i + kRowStep of a row-walk (the second clamped to the last row, its sums
+/// then not kept): sum(i, r) returns row r's sums and keep(i, sums) adds them where they go.
+template <typename Sum, typename Keep>
+__device__ __forceinline__ void walk_rows(int L, Sum&& sum, Keep&& keep) {
+    for (int i = threadIdx.x / kColumnThreads; i < L; i += 2 * kRowStep) {
+        const int i2 = i + kRowStep;
+        const auto first = sum(i), second = sum(i2 < L ? i2 : L - 1);
+        keep(i, first);
+        if (i2 < L) keep(i2, second);
+    }
+}
 
 /// One step of kChunkCols value columns of the backward's [L, nk] sums over the value columns
 /// (tiles of row stride kChunkColRow, the [L, nk] sums compact): dw += dv_new hᵀ, dqh += dO hᵀ,
@@ -272,25 +308,25 @@ constexpr int kRowStep = kDeltaChunkThreads / kColumnThreads;
 __device__ inline void key_column_sums(int L, int nk, const float* h, const float* dH,
                                        const float* dO, const float* vn, const float* dvn,
                                        float* dw, float* dqh, float* dkh) {
+    struct Sums {
+        float w, q, k;
+    };
     for (int dd = threadIdx.x % kColumnThreads; dd < nk; dd += kColumnThreads) {
         float hr[kChunkCols], dHr[kChunkCols];
-#pragma unroll
-        for (int cc = 0; cc < kChunkCols; ++cc) {
-            hr[cc] = h[dd * kChunkColRow + cc];
-            dHr[cc] = dH[dd * kChunkColRow + cc];
-        }
-        for (int i = threadIdx.x / kColumnThreads; i < L; i += kRowStep) {
-            float a = 0.f, b = 0.f, c = 0.f;
-#pragma unroll
-            for (int cc = 0; cc < kChunkCols; ++cc) {
-                a += dvn[i * kChunkColRow + cc] * hr[cc];
-                b += dO[i * kChunkColRow + cc] * hr[cc];
-                c += vn[i * kChunkColRow + cc] * dHr[cc];
-            }
-            dw[i * nk + dd] += a;
-            dqh[i * nk + dd] += b;
-            dkh[i * nk + dd] += c;
-        }
+        tile_row(hr, h + dd * kChunkColRow);
+        tile_row(dHr, dH + dd * kChunkColRow);
+        walk_rows(
+            L,
+            [&](int i) {
+                const int o = i * kChunkColRow;
+                return Sums{row_dot(0.f, dvn + o, hr), row_dot(0.f, dO + o, hr),
+                            row_dot(0.f, vn + o, dHr)};
+            },
+            [&](int i, const Sums& s) {
+                dw[i * nk + dd] += s.w;
+                dqh[i * nk + dd] += s.q;
+                dkh[i * nk + dd] += s.k;
+            });
     }
 }
 
@@ -305,24 +341,24 @@ __device__ inline void value_column_sums(const DeltaChunkProblem& p, const Delta
                                          float* dbv) {
     const int L = ck.len, C = p.chunk, tid = threadIdx.x;
     // a row-walk (above), column j's values in registers
-    const int j = tid % kColumnThreads, i0 = tid / kColumnThreads;
+    const int j = tid % kColumnThreads;
     if (j < L) {
+        struct Sums {
+            float o, t;
+        };
         float vj[kChunkCols], bj[kChunkCols];
-#pragma unroll
-        for (int cc = 0; cc < kChunkCols; ++cc) {
-            vj[cc] = vn[j * kChunkColRow + cc];
-            bj[cc] = vb[j * kChunkColRow + cc];
-        }
-        for (int i = i0; i < L; i += kRowStep) {
-            float a = 0.f, b = 0.f;
-#pragma unroll
-            for (int cc = 0; cc < kChunkCols; ++cc) {
-                a += dO[i * kChunkColRow + cc] * vj[cc];
-                b += dvn[i * kChunkColRow + cc] * bj[cc];
-            }
-            dov[i * L + j] += a;
-            dTv[i * L + j] += b;
-        }
+        tile_row(vj, vn + j * kChunkColRow);
+        tile_row(bj, vb + j * kChunkColRow);
+        walk_rows(
+            L,
+            [&](int i) {
+                const int o = i * kChunkColRow;
+                return Sums{row_dot(0.f, dO + o, vj), row_dot(0.f, dvn + o, bj)};
+            },
+            [&](int i, const Sums& s) {
+                dov[i * L + j] += s.o;
+                dTv[i * L + j] += s.t;
+            });
     }
     // the 16 lanes of a row add its dβ term
     for (int base = 0; base < L * kChunkCols; base += kDeltaChunkThreads) {

@@ -206,22 +206,22 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int L = ck.len, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0), state = (slot * HV + hv) * K * V;
     const DType in = p.q.dtype;
-    float* Ti = sm;                 // [C, C]
-    float* h = Ti + C * C;          // [KH, kColRow] the stored state
-    float* dH = h + KH * kColRow;   // [KH, kColRow]
-    float* dO = dH + KH * kColRow;  // [C, kColRow]
-    float* vn = dO + C * kColRow;   // [C, kColRow] v_new
-    float* dvn = vn + C * kColRow;  // [C, kColRow] dv_new
-    float* vb = dvn + C * kColRow;  // [C, kColRow] round(v β)
-    float* dw = vb + C * kColRow;   // [C, KH] Σ dv_new hᵀ
-    float* dqh = dw + C * KH;       // [C, KH] Σ dO hᵀ
-    float* dkh = dqh + C * KH;      // [C, KH] Σ v_new dHᵀ
-    float* dov = dkh + C * KH;      // [C, C] Σ dO v_newᵀ
-    float* dTv = dov + C * C;       // [C, C] Σ dv_new vbᵀ
-    float* beta = dTv + C * C;      // [C]
-    float* G = beta + C;            // [C]
-    float* dbv = G + C;             // [C] Σ dvb ⊙ v
-    float* part = dbv + C;          // [kWarps]
+    float* Ti = sm;                        // [C, C]
+    float* h = Ti + whole_float4s(C * C);  // [KH, kColRow] the stored state
+    float* dH = h + KH * kColRow;          // [KH, kColRow]
+    float* dO = dH + KH * kColRow;         // [C, kColRow]
+    float* vn = dO + C * kColRow;          // [C, kColRow] v_new
+    float* dvn = vn + C * kColRow;         // [C, kColRow] dv_new
+    float* vb = dvn + C * kColRow;         // [C, kColRow] round(v β)
+    float* dw = vb + C * kColRow;          // [C, KH] Σ dv_new hᵀ
+    float* dqh = dw + C * KH;              // [C, KH] Σ dO hᵀ
+    float* dkh = dqh + C * KH;             // [C, KH] Σ v_new dHᵀ
+    float* dov = dkh + C * KH;             // [C, C] Σ dO v_newᵀ
+    float* dTv = dov + C * C;              // [C, C] Σ dv_new vbᵀ
+    float* beta = dTv + C * C;             // [C]
+    float* G = beta + C;                   // [C]
+    float* dbv = G + C;                    // [C] Σ dvb ⊙ v
+    float* part = dbv + C;                 // [kWarps]
     load_tile(Ti, C, L, L, x.f.Ti, in, (r0 * HV + hv) * C, int64_t(HV) * C);
     for (int e = tid; e < L * L; e += kThreads) dov[e] = dTv[e] = 0.f;
     for (int i = tid; i < L; i += kThreads) {
@@ -546,10 +546,10 @@ void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream
             state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
             C * KP + C * C + 2 * C * kTile + 2 * K * kTile + 2 * C, stream, p, d, x);
     if (slots > 0) {
-        launch_chunk_kernel(
-            values_bwd, dim3(unsigned(slots), unsigned(HV)),
-            3 * C * C + 2 * KH * kColRow + 4 * C * kColRow + 3 * C * KH + 3 * C + kWarps, stream, p,
-            d, x);
+        launch_chunk_kernel(values_bwd, dim3(unsigned(slots), unsigned(HV)),
+                            whole_float4s(C * C) + 2 * C * C + 2 * KH * kColRow + 4 * C * kColRow +
+                                3 * C * KH + 3 * C + kWarps,
+                            stream, p, d, x);
         launch_chunk_kernel(keys_bwd, dim3(unsigned(slots), unsigned(HV)),
                             C * KP + C * K + 4 * C * C + 5 * C, stream, p, d, x);
     }

@@ -214,21 +214,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (ck.len == 0) return;
     const int L = ck.len, tid = threadIdx.x;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0), state = (slot * HV + hv) * K * V;
-    float* Ti = sm;                 // [C, C] the fp32 inverse
-    float* h = Ti + C * C;          // [K, kColRow] the stored state
-    float* dH = h + K * kColRow;    // [K, kColRow]
-    float* dO = dH + K * kColRow;   // [C, kColRow]
-    float* vn = dO + C * kColRow;   // [C, kColRow] v_new
-    float* dvn = vn + C * kColRow;  // [C, kColRow] dv_new
-    float* vb = dvn + C * kColRow;  // [C, kColRow] β v in fp32
-    float* dw = vb + C * kColRow;   // [C, K] Σ dv_new hᵀ
-    float* dqh = dw + C * K;        // [C, K] Σ dO hᵀ
-    float* dkh = dqh + C * K;       // [C, K] Σ v_new dHᵀ
-    float* dov = dkh + C * K;       // [C, C] Σ dO v_newᵀ
-    float* dTv = dov + C * C;       // [C, C] Σ dv_new vbᵀ
-    float* beta = dTv + C * C;      // [C]
-    float* dbv = beta + C;          // [C] Σ dvb ⊙ v
-    float* hd = dbv + C;            // [K] Σ h ⊙ dH
+    float* Ti = sm;                        // [C, C] the fp32 inverse
+    float* h = Ti + whole_float4s(C * C);  // [K, kColRow] the stored state
+    float* dH = h + K * kColRow;           // [K, kColRow]
+    float* dO = dH + K * kColRow;          // [C, kColRow]
+    float* vn = dO + C * kColRow;          // [C, kColRow] v_new
+    float* dvn = vn + C * kColRow;         // [C, kColRow] dv_new
+    float* vb = dvn + C * kColRow;         // [C, kColRow] β v in fp32
+    float* dw = vb + C * kColRow;          // [C, K] Σ dv_new hᵀ
+    float* dqh = dw + C * K;               // [C, K] Σ dO hᵀ
+    float* dkh = dqh + C * K;              // [C, K] Σ v_new dHᵀ
+    float* dov = dkh + C * K;              // [C, C] Σ dO v_newᵀ
+    float* dTv = dov + C * C;              // [C, C] Σ dv_new vbᵀ
+    float* beta = dTv + C * C;             // [C]
+    float* dbv = beta + C;                 // [C] Σ dvb ⊙ v
+    float* hd = dbv + C;                   // [K] Σ h ⊙ dH
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
         Ti[i * C + j] = x.f.Tf[((r0 + i) * HV + hv) * C + j];
@@ -254,9 +254,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                     [&](int i, int c, float v) { vb[i * kColRow + c] = beta[i] * v; });
         __syncthreads();
         for (int dd = tid; dd < K; dd += kThreads) {
-            float a = 0.f;
-            for (int cc = 0; cc < kCols; ++cc) a += h[dd * kColRow + cc] * dH[dd * kColRow + cc];
-            hd[dd] += a;
+            float r[kCols];
+            tile_row(r, dH + dd * kColRow);
+            hd[dd] += row_dot(0.f, h + dd * kColRow, r);
         }
         key_column_sums(L, K, h, dH, dO, vn, dvn, dw, dqh, dkh);
         value_column_sums(p, d, ck, hv, c0, nc, Ti, dO, vn, dvn, vb, beta, dov, dTv, dbv);
@@ -448,7 +448,7 @@ void kda_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t
     const int64_t K = p.dk, C = p.chunk, HV = p.value_heads;
     const int64_t slots = chunk_slots(p.seqs, p.chunk);
     const int64_t KP = padded_keys(p.dk);
-    // at K = 128, C = 64: 97 KB, 97 KB, 179 KB and 193 KB
+    // at K = 128, C = 64: 97 KB, 97 KB, 185 KB and 193 KB
     if (slots > 0)
         launch_chunk_kernel(scores_bwd, dim3(unsigned(slots), unsigned(HV)), 3 * C * KP, stream, p,
                             d, x);
@@ -457,7 +457,8 @@ void kda_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t
                         C * KP + C * C + 2 * C * kTile + 2 * K * kTile + K, stream, p, d, x);
     if (slots > 0) {
         launch_chunk_kernel(values_bwd, dim3(unsigned(slots), unsigned(HV)),
-                            3 * C * C + 2 * K * kColRow + 4 * C * kColRow + 3 * C * K + 2 * C + K,
+                            whole_float4s(C * C) + 2 * C * C + 2 * K * kColRow + 4 * C * kColRow +
+                                3 * C * K + 2 * C + K,
                             stream, p, d, x);
         launch_chunk_kernel(keys_bwd, dim3(unsigned(slots), unsigned(HV)),
                             4 * C * KP + 4 * C * C + C, stream, p, d, x);
