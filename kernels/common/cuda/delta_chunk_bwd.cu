@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <stdexcept>
+#include <type_traits>
 
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
@@ -327,18 +328,20 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
             rj[v] = j0 + 16 * v < L ? j0 + 16 * v : L - 1;
             bd[v] = beta[rj[v]] * expf(G[rj[v]]);
         }
-        for (int dd = 0; dd < K; ++dd) {
-            float w[4], kb[4];
+        with_rounding(in, [&](auto round) {
+            for (int dd = 0; dd < K; ++dd) {
+                float w[4], kb[4];
 #pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                w[v] = dw[ri[v] * K + dd];
-                kb[v] = rounded(k[rj[v] * KP + dd] * bd[v], in);
+                for (int v = 0; v < 4; ++v) {
+                    w[v] = dw[ri[v] * K + dd];
+                    kb[v] = round(k[rj[v] * KP + dd] * bd[v]);
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+#pragma unroll
+                    for (int v = 0; v < 4; ++v) a[u][v] += w[u] * kb[v];
             }
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) a[u][v] += w[u] * kb[v];
-        }
+        });
 #pragma unroll
         for (int u = 0; u < 4; ++u)
 #pragma unroll
@@ -377,63 +380,127 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     __syncthreads();
     const float* M = dT;
     const float* kk = X;
-    // a warp per row: dq, dk per value head, dβ and ∂L/∂G_i before the reverse sum; a lane's keys
-    // dd = lane + 32 m, m < nm, side by side, so that each j's values are read once for them all
-    constexpr int kPer = kMaxDeltaChunkKeys / 32;
+    // dq, dk per value head, dβ and ∂L/∂G_i before the reverse sum, by blocks of R rows: a warp
+    // takes pairs of blocks b and last − b (so that the warps sum as many terms), a lane the keys
+    // dd = lane + 32 m, m < nm ≤ P, so that each j's values are read once for R rows and all of
+    // a lane's keys; every sum in ascending j, as a row at a time took them. R · P = 16 keeps the
+    // sums in registers.
     const int nm = (K - lane + 31) / 32;
-    for (int i = warp; i < L; i += kWarps) {
-        const float decay = expf(G[i]), to_end = expf(G[L - 1] - G[i]);
-        const int64_t o0 = ((r0 + i) * HV + hv) * K + lane;
-        float dq[kPer], intra[kPer] = {}, ak[kPer] = {}, bk[kPer] = {};
+    const auto row_blocks = [&](auto rows, auto per) {
+        constexpr int R = decltype(rows)::value, P = decltype(per)::value;
+        constexpr int blocks = kMaxDeltaChunk / R;
+        static_assert(blocks % (2 * kWarps) == 0, "pairs of blocks for every warp");
+        for (int b = 0; b < blocks / kWarps; ++b) {
+            const int pair = b / 2 * kWarps + warp;
+            const int i0 = R * (b % 2 == 0 ? pair : blocks - 1 - pair);
+            if (i0 >= L) continue;
+            const int nu = L - i0 < R ? L - i0 : R;  // rows of the block in the chunk
+            float dq[R][P], intra[R][P] = {}, ak[R][P] = {}, bk[R][P] = {};
 #pragma unroll
-        for (int m = 0; m < kPer; ++m) dq[m] = m < nm ? x.dq[o0 + 32 * m] * (decay * p.scale) : 0.f;
-        for (int j = 0; j <= i; ++j) {
-            const float dv = dov[i * C + j], mij = j < i ? M[i * C + j] : 0.f;
+            for (int u = 0; u < R; ++u) {
+                const int i = i0 + u < L ? i0 + u : L - 1;
+                const float f = expf(G[i]) * p.scale;
+                const int64_t o0 = ((r0 + i) * HV + hv) * K + lane;
 #pragma unroll
-            for (int m = 0; m < kPer; ++m) {
-                if (m >= nm) break;
-                const float kv = k[j * KP + lane + 32 * m];
-                dq[m] += dv * kv;
-                if (j < i) ak[m] += mij * kv;
+                for (int m = 0; m < P; ++m) dq[u][m] = m < nm ? x.dq[o0 + 32 * m] * f : 0.f;
+            }
+            for (int j = 0; j < i0 + nu; ++j) {
+                float dv[R], mij[R], kv[P];
+#pragma unroll
+                for (int u = 0; u < R; ++u) {
+                    const int i = i0 + u < L ? i0 + u : L - 1;
+                    dv[u] = dov[i * C + j];
+                    mij[u] = j < i ? M[i * C + j] : 0.f;
+                }
+#pragma unroll
+                for (int m = 0; m < P; ++m) kv[m] = m < nm ? k[j * KP + lane + 32 * m] : 0.f;
+#pragma unroll
+                for (int u = 0; u < R; ++u) {
+                    if (j > i0 + u) continue;
+#pragma unroll
+                    for (int m = 0; m < P; ++m) {
+                        dq[u][m] += dv[u] * kv[m];
+                        if (j < i0 + u) ak[u][m] += mij[u] * kv[m];
+                    }
+                }
+            }
+            for (int j = i0; j < L; ++j) {
+                float dv[R], mji[R], qv[P], kb[P];
+                const float bj = beta[j];
+#pragma unroll
+                for (int u = 0; u < R; ++u) {
+                    const int i = i0 + u < L ? i0 + u : L - 1;
+                    dv[u] = dov[j * C + i];
+                    mji[u] = M[j * C + i];
+                }
+#pragma unroll
+                for (int m = 0; m < P; ++m) {
+                    qv[m] = m < nm ? q[j * K + lane + 32 * m] : 0.f;
+                    kb[m] = m < nm ? k[j * KP + lane + 32 * m] * bj : 0.f;
+                }
+#pragma unroll
+                for (int u = 0; u < R; ++u) {
+                    if (j < i0 + u) continue;
+#pragma unroll
+                    for (int m = 0; m < P; ++m) {
+                        intra[u][m] += dv[u] * qv[m];
+                        if (j > i0 + u) bk[u][m] += mji[u] * kb[m];
+                    }
+                }
+            }
+            // the block's state terms and dkb, fetched together
+            float inter[R][P], dkb[R][P];
+#pragma unroll
+            for (int u = 0; u < R; ++u) {
+                const int i = i0 + u < L ? i0 + u : L - 1;
+                const float to_end = expf(G[L - 1] - G[i]);
+                const int64_t o0 = ((r0 + i) * HV + hv) * K + lane;
+#pragma unroll
+                for (int m = 0; m < P; ++m) {
+                    inter[u][m] = m < nm ? x.dk[o0 + 32 * m] * to_end : 0.f;
+                    dkb[u][m] = m < nm ? x.dw[o0 + 32 * m] : 0.f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < R; ++u) {
+                if (u >= nu) break;
+                const int i = i0 + u;
+                const float decay = expf(G[i]);
+                const int64_t o0 = ((r0 + i) * HV + hv) * K + lane;
+                float sq = 0.f, sk = 0.f, skb = 0.f, skin = 0.f;
+#pragma unroll
+                for (int m = 0; m < P; ++m) {
+                    if (m >= nm) break;
+                    const int dd = lane + 32 * m;
+                    const int64_t o = o0 + 32 * m;
+                    const float dk = intra[u][m] + inter[u][m] + dkb[u][m] * (beta[i] * decay) +
+                                     (ak[u][m] * beta[i] + bk[u][m]);
+                    x.dq[o] = dq[u][m];
+                    x.dk[o] = dk;
+                    sq += q[i * K + dd] * dq[u][m];
+                    sk += k[i * KP + dd] * (intra[u][m] + inter[u][m]);
+                    skb += dkb[u][m] * k[i * KP + dd];
+                    skin += k[i * KP + dd] * inter[u][m];
+                }
+                sq = warp_sum(sq), sk = warp_sum(sk), skb = warp_sum(skb), skin = warp_sum(skin);
+                if (lane != 0) continue;
+                float mk = 0.f, f = 0.f;
+                for (int j = 0; j < i; ++j) {
+                    mk += M[i * C + j] * kk[i * C + j];
+                    f += M[i * C + j] * kk[i * C + j] * beta[i];
+                }
+                for (int j = i + 1; j < L; ++j) f -= M[j * C + i] * kk[j * C + i] * beta[j];
+                db[i] = skb * decay + x.dbv[(r0 + i) * HV + hv] + mk;
+                dG[i] = sq - sk + skb * (beta[i] * decay) + f;
+                kdk[i] = skin;
             }
         }
-        for (int j = i; j < L; ++j) {
-            const float dv = dov[j * C + i], mji = M[j * C + i], bj = beta[j];
-#pragma unroll
-            for (int m = 0; m < kPer; ++m) {
-                if (m >= nm) break;
-                intra[m] += dv * q[j * K + lane + 32 * m];
-                if (j > i) bk[m] += mji * (k[j * KP + lane + 32 * m] * bj);
-            }
-        }
-        float sq = 0.f, sk = 0.f, skb = 0.f, skin = 0.f;
-#pragma unroll
-        for (int m = 0; m < kPer; ++m) {
-            if (m >= nm) break;
-            const int dd = lane + 32 * m;
-            const int64_t o = o0 + 32 * m;
-            const float inter = x.dk[o] * to_end;
-            const float dkb = x.dw[o];
-            const float dk = intra[m] + inter + dkb * (beta[i] * decay) + (ak[m] * beta[i] + bk[m]);
-            x.dq[o] = dq[m];
-            x.dk[o] = dk;
-            sq += q[i * K + dd] * dq[m];
-            sk += k[i * KP + dd] * (intra[m] + inter);
-            skb += dkb * k[i * KP + dd];
-            skin += k[i * KP + dd] * inter;
-        }
-        sq = warp_sum(sq), sk = warp_sum(sk), skb = warp_sum(skb), skin = warp_sum(skin);
-        if (lane != 0) continue;
-        float mk = 0.f, f = 0.f;
-        for (int j = 0; j < i; ++j) {
-            mk += M[i * C + j] * kk[i * C + j];
-            f += M[i * C + j] * kk[i * C + j] * beta[i];
-        }
-        for (int j = i + 1; j < L; ++j) f -= M[j * C + i] * kk[j * C + i] * beta[j];
-        db[i] = skb * decay + x.dbv[(r0 + i) * HV + hv] + mk;
-        dG[i] = sq - sk + skb * (beta[i] * decay) + f;
-        kdk[i] = skin;
-    }
+    };
+    using std::integral_constant;
+    if (K <= 128)
+        row_blocks(integral_constant<int, 4>{}, integral_constant<int, 4>{});
+    else
+        row_blocks(integral_constant<int, 2>{}, integral_constant<int, 8>{});
     __syncthreads();
     if (tid == 0 && p.gate != DeltaGate::none) {
         // the carry's share on the last row, exp(G_last)⟨h, dH⟩ + Σ_j k_j·dk_inter_j, then the
