@@ -7,6 +7,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/delta_activations.cuh"
@@ -25,13 +27,50 @@ constexpr int kChunkColRow = kChunkCols + 4;
 constexpr int64_t whole_float4s(int64_t n) { return (n + 3) / 4 * 4; }
 
 /// put(r, j, x) for each row r < rows and column j < cols of a tile of a 32- or 16-bit array in
-/// dtype d: x is element at + r · pitch + col0 + j, or 0 where col0 + j ≥ width. Each thread
-/// issues eight loads before it widens the first: load()'s dtype switch inside a loop made each
-/// load wait out the last one's latency, which the passes through the chunks in order cannot hide.
+/// dtype d: x is element at + r · pitch + col0 + j, or 0 where col0 + j ≥ width. Where the rows
+/// are whole 16-byte vectors in the array (aligned, cols and pitch multiples of a vector's
+/// elements, no column past width), a thread has four vectors in flight, a tile of 64 rows of
+/// 128 16-bit values one round of loads; otherwise eight elements. load()'s dtype switch inside
+/// a loop made each load wait out the last one's latency, which the passes through the chunks
+/// in order cannot hide.
 template <typename Put>
 __device__ __forceinline__ void gather_tile(int rows, int cols, const void* src, DType d,
                                             int64_t at, int64_t pitch, int col0, int width,
                                             Put&& put) {
+    const int bytes = d == DType::f32 ? 4 : 2, per = 16 / bytes;  // per: elements of a vector
+    const char* first = static_cast<const char*>(src) + (at + col0) * bytes;
+    if (cols % per == 0 && pitch % per == 0 && col0 + cols <= width &&
+        reinterpret_cast<uintptr_t>(first) % 16 == 0) {
+        constexpr int kVectors = 4;
+        const int row_vectors = cols / per, n = rows * row_vectors;
+        for (int e0 = threadIdx.x; e0 < n; e0 += kVectors * kDeltaChunkThreads) {
+            uint4 v[kVectors];
+#pragma unroll
+            for (int b = 0; b < kVectors; ++b) {
+                const int e = e0 + b * kDeltaChunkThreads;
+                const int64_t off = int64_t(e / row_vectors) * pitch + e % row_vectors * per;
+                if (e < n) v[b] = *reinterpret_cast<const uint4*>(first + off * bytes);
+            }
+#pragma unroll
+            for (int b = 0; b < kVectors; ++b) {
+                const int e = e0 + b * kDeltaChunkThreads;
+                if (e >= n) continue;
+                const int r = e / row_vectors, j = e % row_vectors * per;
+                const uint32_t w[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
+                if (d == DType::f32) {
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) put(r, j + q, __uint_as_float(w[q]));
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        put(r, j + 2 * q, widen(w[q] & 0xffffu, d));
+                        put(r, j + 2 * q + 1, widen(w[q] >> 16, d));
+                    }
+                }
+            }
+        }
+        return;
+    }
     constexpr int kBatch = 8;
     const int n = rows * cols;
     for (int e0 = threadIdx.x; e0 < n; e0 += kBatch * kDeltaChunkThreads) {

@@ -242,9 +242,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int64_t hk = state + int64_t(k0) * V, vo = (r0 * HV + hv) * V;
             load_tile(h, kColRow, nk, kCols, x.f.h, p.state, hk, V, c0, V);
             load_tile(dH, kColRow, nk, kCols, x.dH, p.state, hk, V, c0, V);
-            // each thread adds the elements it loaded
-            for (int e = tid; e < nk * kCols; e += kThreads)
-                hd += h[e / kCols * kColRow + e % kCols] * dH[e / kCols * kColRow + e % kCols];
             load_tile(dO, kColRow, L, kCols, d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0, hv),
                       d.d_o.st, c0, V);
             load_tile(vn, kColRow, L, kCols, x.f.v_new, in, vo, int64_t(HV) * V, c0, V);
@@ -254,6 +251,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                     L, kCols, p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0, hv), p.v.st, c0, V,
                     [&](int i, int c, float v) { vb[i * kColRow + c] = rounded(v * beta[i], in); });
             __syncthreads();
+            for (int e = tid; e < nk * kCols; e += kThreads)
+                hd += h[e / kCols * kColRow + e % kCols] * dH[e / kCols * kColRow + e % kCols];
             key_column_sums(L, nk, h, dH, dO, vn, dvn, dw, dqh, dkh);
             if (!first) continue;
             value_column_sums(p, d, ck, hv, c0, nc, Ti, dO, vn, dvn, vb, beta, dov, dTv, dbv);

@@ -168,6 +168,7 @@ __global__ void __launch_bounds__(kThreads) chunk_state(DeltaChunkProblem p, Kda
     float* last = hs + K * kTile;  // [K] exp(G_last)
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
     load_tile(S, kTile, K, kTile, p.h0, p.state, state, V, col0, p.h0 != nullptr ? V : 0);
+    __syncthreads();  // the loops below take other elements of S than load_tile gave a thread
     const int64_t first = first_slot(p.seqs, C, n, s);
     for (int64_t ch = 0; ch * C < s.len; ++ch) {
         const int64_t t0 = ch * C, r0 = row(p.seqs, s, t0);

@@ -80,7 +80,10 @@ Scratch scratch_of(const DeltaChunkProblem& p, float* base, int64_t& floats) {
 
 /// Pass 2a, a block per (chunk slot, value head): A_qk = scale Σ_d (q̂_id k̂_jd) exp(G_id − G_jd)
 /// for j ≤ i in fp32, into P (pass 3 writes dA_qk there once pass 2b has read A_qk).
-__global__ void __launch_bounds__(kThreads) scores_bwd(DeltaChunkProblem p, DeltaGrads, Scratch x) {
+// two blocks a multiprocessor by shared memory: without the 2, ptxas kept it to 64 registers
+// and spilled
+__global__ void __launch_bounds__(kThreads, 2)
+    scores_bwd(DeltaChunkProblem p, DeltaGrads, Scratch x) {
     extern __shared__ float sm[];
     const DType in = p.q.dtype;
     const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads;
@@ -138,13 +141,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t r0 = row(p.seqs, s, t0), slot = (first + ch) * HV + hv;
         const float* G = x.f.G + (r0 * HV + hv) * K;  // row i at G[i * gs]
         __syncthreads();                              // the later chunk is done with every tile
-        // kg in fp32 (the backward's), k̂ exp(G_last − G): each thread scales the elements
-        // load_tile gave it
-        load_tile(X, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, p.heads * K);
-        for (int e = tid; e < L * K; e += kThreads) {
-            const int64_t i = e / K, dd = e % K;
-            X[i * KP + dd] *= expf(G[(L - 1) * gs + dd] - G[i * gs + dd]);
-        }
+        // kg in fp32 (the backward's), k̂ exp(G_last − G)
+        gather_tile(L, K, x.f.kn, in, (r0 * p.heads + h) * K, p.heads * K, 0, K,
+                    [&](int i, int dd, float v) {
+                        X[i * KP + dd] = v * expf(G[(L - 1) * gs + dd] - G[i * gs + dd]);
+                    });
         for (int dd = tid; dd < K; dd += kThreads) last[dd] = expf(G[(L - 1) * gs + dd]);
         for (int e = tid; e < L * L; e += kThreads) {
             const int i = e / L, j = e % L;
@@ -172,9 +173,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();
         // dS ← exp(G_last) ⊙ dS + scale (q̂ ⊙ exp(G))ᵀ dO − Wᵀ dv_new: the middle term into dH's
         // place, which dv_new has read
-        load_tile(X, KP, L, K, x.f.qn, in, (r0 * p.heads + h) * K, p.heads * K);
-        for (int e = tid; e < L * K; e += kThreads)
-            X[e / K * KP + e % K] *= expf(G[e / K * gs + e % K]);
+        gather_tile(L, K, x.f.qn, in, (r0 * p.heads + h) * K, p.heads * K, 0, K,
+                    [&](int i, int dd, float v) { X[i * KP + dd] = v * expf(G[i * gs + dd]); });
         __syncthreads();
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int dd = e / kTile, c = e % kTile;
@@ -280,7 +280,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 /// Pass 4, a block per (chunk slot, value head): through W = Tf kb, Tf = (I + A)⁻¹, A and A_qk,
 /// then G's cumsum and the gate.
-__global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
+// one block a multiprocessor by shared memory: without the 1, ptxas kept it to 80 registers and
+// spilled
+__global__ void __launch_bounds__(kThreads, 1)
+    keys_bwd(DeltaChunkProblem p, DeltaGrads d, Scratch x) {
     extern __shared__ float sm[];
     const DType in = p.q.dtype;
     const int K = p.dk, KP = padded_keys(K), C = p.chunk, HV = p.value_heads;
