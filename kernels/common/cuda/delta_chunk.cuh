@@ -300,6 +300,47 @@ __device__ inline void lower_transposed_all(const float* T, int C, const float* 
     }
 }
 
+/// put(i, j, Σ_{m < depth(j)} A_im B_jm) for every j < i < L, each sum in ascending m (A, B of
+/// row strides lda, ldb; depth(j) ≤ most). A thread takes rows threadIdx.x / 16 + 16 u and
+/// columns threadIdx.x % 16 + 16 v for v ≤ u < 4 (the tiles v > u lie above the diagonal): a step
+/// reads 8 values for 10 products, where a thread per element read 2 for 1. B's rows are read
+/// 16 at a time: a stride of C + 1 floats keeps them in distinct banks.
+template <typename Depth, typename Put>
+__device__ inline void below_diagonal(const float* A, int lda, const float* B, int ldb, int L,
+                                      int most, Depth&& depth, Put&& put) {
+    static_assert(kDeltaChunkThreads == 256 && kMaxDeltaChunk == 64,
+                  "16 × 16 threads, 4 × 4 tiles");
+    const int i0 = threadIdx.x / 16, j0 = threadIdx.x % 16;
+    int ri[4], rj[4], dj[4];  // the rows read, clamped to the chunk, and each column's depth
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        ri[u] = i0 + 16 * u < L ? i0 + 16 * u : L - 1;
+        rj[u] = j0 + 16 * u < L ? j0 + 16 * u : L - 1;
+        dj[u] = depth(j0 + 16 * u);
+    }
+    float acc[4][4] = {};
+    for (int m = 0; m < most; ++m) {
+        float a[4], b[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            a[u] = A[ri[u] * lda + m];
+            b[u] = B[rj[u] * ldb + m];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int v = 0; v <= u; ++v)
+                if (m < dj[v]) acc[u][v] += a[u] * b[v];
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int v = 0; v <= u; ++v) {
+            const int i = i0 + 16 * u, j = j0 + 16 * v;
+            if (j < i && i < L) put(i, j, acc[u][v]);
+        }
+}
+
 /// The row-walks of the backward's sums over value columns: a thread takes column
 /// threadIdx.x % kColumnThreads, holds that column's kChunkCols values in registers, and walks
 /// the rows threadIdx.x / kColumnThreads + kRowStep u, two at a time: the rows' values are

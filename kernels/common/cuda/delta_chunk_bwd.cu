@@ -293,21 +293,22 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     const int L = ck.len, tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0), cc = (slot * HV + hv) * C * C;
     const DType in = p.q.dtype;
-    float* k = sm;           // [C, KP] k̂
-    float* Y = k + C * KP;   // [C, K] dw, then q̂
-    float* Ti = Y + C * K;   // [C, C]
-    float* dT = Ti + C * C;  // [C, C] dT, then M = dA ⊙ D
-    float* X = dT + C * C;   // [C, C] Tiᵀ dT, then k̂ k̂ᵀ
-    float* dov = X + C * C;  // [C, C]
-    float* G = dov + C * C;  // [C]
-    float* beta = G + C;     // [C]
-    float* dG = beta + C;    // [C]
-    float* db = dG + C;      // [C] dβ as used
-    float* kdk = db + C;     // [C] k̂·dk_inter of each row
+    float* k = sm;            // [C, KP] k̂
+    float* Y = k + C * KP;    // [C, K] dw, then q̂
+    const int CP = C + 1;     // the row stride of Ti and X, which below_diagonal reads 16 rows of
+    float* Ti = Y + C * K;    // [C, CP]
+    float* dT = Ti + C * CP;  // [C, C] dT, then M = dA ⊙ D
+    float* X = dT + C * C;    // [C, CP] Tiᵀ dT, then k̂ k̂ᵀ
+    float* dov = X + C * CP;  // [C, C]
+    float* G = dov + C * C;   // [C]
+    float* beta = G + C;      // [C]
+    float* dG = beta + C;     // [C]
+    float* db = dG + C;       // [C] dβ as used
+    float* kdk = db + C;      // [C] k̂·dk_inter of each row
     const float* dw = Y;
     load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
     load_tile(Y, K, L, K, x.dw, DType::f32, (r0 * HV + hv) * K, int64_t(HV) * K);
-    load_tile(Ti, C, L, L, x.f.Ti, in, (r0 * HV + hv) * C, int64_t(HV) * C);
+    load_tile(Ti, CP, L, L, x.f.Ti, in, (r0 * HV + hv) * C, int64_t(HV) * C);
     load_tile(dT, C, L, L, x.dT, DType::f32, cc, C);
     load_tile(dov, C, L, L, x.dov, DType::f32, cc, C);
     for (int i = tid; i < L; i += kThreads) {
@@ -351,31 +352,21 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     __syncthreads();
     // X = Tiᵀ dT and dkb = Tiᵀ dw (Ti is lower triangular), dkb in dw's place in the scratch: the
     // block keeps k̂ and one more key tile, so that keys 256 wide fit
-    lower_transposed_all(Ti, C, dT, C, L, L, [&](int i, int j, float a) { X[i * C + j] = a; });
-    lower_transposed_all(Ti, C, dw, K, L, K,
+    lower_transposed_all(Ti, CP, dT, C, L, L, [&](int i, int j, float a) { X[i * CP + j] = a; });
+    lower_transposed_all(Ti, CP, dw, K, L, K,
                          [&](int i, int dd, float a) { x.dw[((r0 + i) * HV + hv) * K + dd] = a; });
     __syncthreads();
     float* q = Y;  // [C, K] q̂, in dw's place
     load_tile(q, K, L, K, x.f.qn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
-    // dA = −X Tiᵀ below the diagonal, and M = dA ⊙ exp(G_i − G_j) over dT
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        float a = 0.f;
-        if (j < i) {
-            for (int m = 0; m <= j; ++m) a += X[i * C + m] * Ti[j * C + m];
-            a = -a * expf(G[i] - G[j]);
-        }
-        dT[i * C + j] = a;
-    }
+    // dA = −X Tiᵀ below the diagonal (Ti is lower triangular: m ≤ j), and M = dA ⊙
+    // exp(G_i − G_j) over dT; the rows below read M and k̂ k̂ᵀ below the diagonal only
+    below_diagonal(
+        X, CP, Ti, CP, L, L - 1, [](int j) { return j + 1; },
+        [&](int i, int j, float a) { dT[i * C + j] = -a * expf(G[i] - G[j]); });
     __syncthreads();
-    // k̂ k̂ᵀ below the diagonal, where the rows below read it
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        if (j >= i) continue;
-        float a = 0.f;
-        for (int dd = 0; dd < K; ++dd) a += k[i * KP + dd] * k[j * KP + dd];
-        X[i * C + j] = a;
-    }
+    below_diagonal(
+        k, KP, k, KP, L, K, [&](int) { return K; },
+        [&](int i, int j, float a) { X[i * CP + j] = a; });
     __syncthreads();
     const float* M = dT;
     const float* kk = X;
@@ -485,10 +476,10 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
                 if (lane != 0) continue;
                 float mk = 0.f, f = 0.f;
                 for (int j = 0; j < i; ++j) {
-                    mk += M[i * C + j] * kk[i * C + j];
-                    f += M[i * C + j] * kk[i * C + j] * beta[i];
+                    mk += M[i * C + j] * kk[i * CP + j];
+                    f += M[i * C + j] * kk[i * CP + j] * beta[i];
                 }
-                for (int j = i + 1; j < L; ++j) f -= M[j * C + i] * kk[j * C + i] * beta[j];
+                for (int j = i + 1; j < L; ++j) f -= M[j * C + i] * kk[j * CP + i] * beta[j];
                 db[i] = skb * decay + x.dbv[(r0 + i) * HV + hv] + mk;
                 dG[i] = sq - sk + skb * (beta[i] * decay) + f;
                 kdk[i] = skin;
@@ -617,7 +608,7 @@ void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream
                                 3 * C * KH + 3 * C + kWarps,
                             stream, p, d, x);
         launch_chunk_kernel(keys_bwd, dim3(unsigned(slots), unsigned(HV)),
-                            C * KP + C * K + 4 * C * C + 5 * C, stream, p, d, x);
+                            C * KP + C * K + 2 * C * C + 2 * C * (C + 1) + 5 * C, stream, p, d, x);
     }
     finish_chunk_keys(p, d, x.dq, x.dk, x.f.qn, x.f.kn, stream);
     LAV_CUDA_CHECK(cudaGetLastError(), "delta_chunk_bwd");

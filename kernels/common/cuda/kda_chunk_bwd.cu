@@ -141,11 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t r0 = row(p.seqs, s, t0), slot = (first + ch) * HV + hv;
         const float* G = x.f.G + (r0 * HV + hv) * K;  // row i at G[i * gs]
         __syncthreads();                              // the later chunk is done with every tile
-        // kg in fp32 (the backward's), k̂ exp(G_last − G)
-        gather_tile(L, K, x.f.kn, in, (r0 * p.heads + h) * K, p.heads * K, 0, K,
-                    [&](int i, int dd, float v) {
-                        X[i * KP + dd] = v * expf(G[(L - 1) * gs + dd] - G[i * gs + dd]);
-                    });
+        load_tile(X, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, p.heads * K);
         for (int dd = tid; dd < K; dd += kThreads) last[dd] = expf(G[(L - 1) * gs + dd]);
         for (int e = tid; e < L * L; e += kThreads) {
             const int i = e / L, j = e % L;
@@ -158,6 +154,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int dd = e / kTile, c = col0 + e % kTile;
             dH[e] = rounded(dS[e], p.state);
             if (c < V) store(x.dH, p.state, (slot * K + dd) * V + c, dH[e]);
+        }
+        __syncthreads();  // the loop takes other elements of X than load_tile gave a thread
+        // kg in fp32 (the backward's), k̂ exp(G_last − G)
+        for (int e = tid; e < L * K; e += kThreads) {
+            const int64_t i = e / K, dd = e % K;
+            X[i * KP + dd] *= expf(G[(L - 1) * gs + dd] - G[i * gs + dd]);
         }
         __syncthreads();
         // dv_new = kg dH + A_qkᵀ dO
@@ -173,8 +175,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();
         // dS ← exp(G_last) ⊙ dS + scale (q̂ ⊙ exp(G))ᵀ dO − Wᵀ dv_new: the middle term into dH's
         // place, which dv_new has read
-        gather_tile(L, K, x.f.qn, in, (r0 * p.heads + h) * K, p.heads * K, 0, K,
-                    [&](int i, int dd, float v) { X[i * KP + dd] = v * expf(G[i * gs + dd]); });
+        load_tile(X, KP, L, K, x.f.qn, in, (r0 * p.heads + h) * K, p.heads * K);
+        __syncthreads();
+        for (int e = tid; e < L * K; e += kThreads)
+            X[e / K * KP + e % K] *= expf(G[e / K * gs + e % K]);
         __syncthreads();
         for (int e = tid; e < K * kTile; e += kThreads) {
             const int dd = e / kTile, c = e % kTile;
@@ -297,17 +301,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     float* G = k + C * KP;      // [C, KP]
     float* Y = G + C * KP;      // [C, KP] dW, then q̂
     float* Z = Y + C * KP;      // [C, KP] kb = β k̂ e^G, then ∂L/∂G
-    float* Ti = Z + C * KP;     // [C, C] the fp32 inverse
-    float* dT = Ti + C * C;     // [C, C] dT, then dA
-    float* X = dT + C * C;      // [C, C] Tfᵀ dT
-    float* dov = X + C * C;     // [C, C] scale dA_qk
+    const int CP = C + 1;       // the row stride of Ti and X, which below_diagonal reads 16 rows of
+    float* Ti = Z + C * KP;     // [C, CP] the fp32 inverse
+    float* dT = Ti + C * CP;    // [C, C] dT, then dA
+    float* X = dT + C * C;      // [C, CP] Tfᵀ dT
+    float* dov = X + C * CP;    // [C, C] scale dA_qk
     float* beta = dov + C * C;  // [C]
     load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
     load_tile(G, KP, L, K, x.f.G, DType::f32, (r0 * HV + hv) * K, int64_t(HV) * K);
     load_tile(Y, KP, L, K, x.dw, DType::f32, (r0 * HV + hv) * K, int64_t(HV) * K);
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
-        Ti[i * C + j] = x.f.Tf[((r0 + i) * HV + hv) * C + j];
+        Ti[i * CP + j] = x.f.Tf[((r0 + i) * HV + hv) * C + j];
         dT[i * C + j] = x.dT[cc + i * C + j];
         dov[i * C + j] = p.scale * x.P[cc + i * C + j];
     }
@@ -327,19 +332,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     // X = Tfᵀ dT and dkb = Tfᵀ dW (Tf is lower triangular), dkb in dW's place in the scratch
-    lower_transposed_all(Ti, C, dT, C, L, L, [&](int i, int j, float a) { X[i * C + j] = a; });
-    lower_transposed_all(Ti, C, Y, KP, L, K,
+    lower_transposed_all(Ti, CP, dT, C, L, L, [&](int i, int j, float a) { X[i * CP + j] = a; });
+    lower_transposed_all(Ti, CP, Y, KP, L, K,
                          [&](int i, int dd, float a) { x.dw[((r0 + i) * HV + hv) * K + dd] = a; });
     __syncthreads();
     load_tile(Y, KP, L, K, x.f.qn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
-    // dA = −X Tfᵀ, read below the diagonal only (A lives there)
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        float a = 0.f;
-        if (j < i)
-            for (int m = 0; m <= j; ++m) a += X[i * C + m] * Ti[j * C + m];
-        dT[i * C + j] = -a;
-    }
+    // dA = −X Tfᵀ (Tf is lower triangular: m ≤ j), read below the diagonal only (A lives there)
+    below_diagonal(
+        X, CP, Ti, CP, L, L - 1, [](int j) { return j + 1; },
+        [&](int i, int j, float a) { dT[i * C + j] = -a; });
     __syncthreads();
     const float* q = Y;
     const float* dA = dT;
@@ -464,7 +465,7 @@ void kda_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t
                                 3 * C * K + 2 * C + K,
                             stream, p, d, x);
         launch_chunk_kernel(keys_bwd, dim3(unsigned(slots), unsigned(HV)),
-                            4 * C * KP + 4 * C * C + C, stream, p, d, x);
+                            4 * C * KP + 2 * C * C + 2 * C * (C + 1) + C, stream, p, d, x);
     }
     finish_chunk_keys(p, d, x.dq, x.dw, nullptr, nullptr, stream);
     LAV_CUDA_CHECK(cudaGetLastError(), "kda_chunk_bwd");
