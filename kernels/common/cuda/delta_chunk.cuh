@@ -300,14 +300,15 @@ __device__ inline void lower_transposed_all(const float* T, int C, const float* 
     }
 }
 
-/// put(i, j, Σ_{m < depth(j)} A_im B_jm) for every j < i < L, each sum in ascending m (A, B of
-/// row strides lda, ldb; depth(j) ≤ most). A thread takes rows threadIdx.x / 16 + 16 u and
-/// columns threadIdx.x % 16 + 16 v for v ≤ u < 4 (the tiles v > u lie above the diagonal): a step
-/// reads 8 values for 10 products, where a thread per element read 2 for 1. B's rows are read
-/// 16 at a time: a stride of C + 1 floats keeps them in distinct banks.
-template <typename Depth, typename Put>
-__device__ inline void below_diagonal(const float* A, int lda, const float* B, int ldb, int L,
-                                      int most, Depth&& depth, Put&& put) {
+/// put(i, j, Σ_{m < depth(j)} A_im B_jm) for every i, j < L, or only j < i where Lower, each sum
+/// in ascending m (A, B of row strides lda, ldb; depth(j) ≤ most). A thread takes rows
+/// threadIdx.x / 16 + 16 u and columns threadIdx.x % 16 + 16 v, u, v < 4 (v ≤ u where Lower: the
+/// tiles v > u lie above the diagonal): a step reads 8 values for up to 16 products, where a
+/// thread per element read 2 for 1. B's rows are read 16 at a time: a stride of C + 1 floats
+/// keeps them in distinct banks.
+template <bool Lower, typename Depth, typename Put>
+__device__ inline void row_products(const float* A, int lda, const float* B, int ldb, int L,
+                                    int most, Depth&& depth, Put&& put) {
     static_assert(kDeltaChunkThreads == 256 && kMaxDeltaChunk == 64,
                   "16 × 16 threads, 4 × 4 tiles");
     const int i0 = threadIdx.x / 16, j0 = threadIdx.x % 16;
@@ -329,15 +330,15 @@ __device__ inline void below_diagonal(const float* A, int lda, const float* B, i
 #pragma unroll
         for (int u = 0; u < 4; ++u)
 #pragma unroll
-            for (int v = 0; v <= u; ++v)
-                if (m < dj[v]) acc[u][v] += a[u] * b[v];
+            for (int v = 0; v < 4; ++v)
+                if ((!Lower || v <= u) && m < dj[v]) acc[u][v] += a[u] * b[v];
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u)
 #pragma unroll
-        for (int v = 0; v <= u; ++v) {
+        for (int v = 0; v < 4; ++v) {
             const int i = i0 + 16 * u, j = j0 + 16 * v;
-            if (j < i && i < L) put(i, j, acc[u][v]);
+            if ((!Lower || v <= u) && i < L && j < L && (!Lower || j < i)) put(i, j, acc[u][v]);
         }
 }
 

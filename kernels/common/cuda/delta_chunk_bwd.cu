@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     const DType in = p.q.dtype;
     float* k = sm;            // [C, KP] k̂
     float* Y = k + C * KP;    // [C, K] dw, then q̂
-    const int CP = C + 1;     // the row stride of Ti and X, which below_diagonal reads 16 rows of
+    const int CP = C + 1;     // the row stride of Ti and X, which row_products reads 16 rows of
     float* Ti = Y + C * K;    // [C, CP]
     float* dT = Ti + C * CP;  // [C, C] dT, then M = dA ⊙ D
     float* X = dT + C * C;    // [C, CP] Tiᵀ dT, then k̂ k̂ᵀ
@@ -360,11 +360,11 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     load_tile(q, K, L, K, x.f.qn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
     // dA = −X Tiᵀ below the diagonal (Ti is lower triangular: m ≤ j), and M = dA ⊙
     // exp(G_i − G_j) over dT; the rows below read M and k̂ k̂ᵀ below the diagonal only
-    below_diagonal(
+    row_products<true>(
         X, CP, Ti, CP, L, L - 1, [](int j) { return j + 1; },
         [&](int i, int j, float a) { dT[i * C + j] = -a * expf(G[i] - G[j]); });
     __syncthreads();
-    below_diagonal(
+    row_products<true>(
         k, KP, k, KP, L, K, [&](int) { return K; },
         [&](int i, int j, float a) { X[i * CP + j] = a; });
     __syncthreads();

@@ -301,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     float* G = k + C * KP;      // [C, KP]
     float* Y = G + C * KP;      // [C, KP] dW, then q̂
     float* Z = Y + C * KP;      // [C, KP] kb = β k̂ e^G, then ∂L/∂G
-    const int CP = C + 1;       // the row stride of Ti and X, which below_diagonal reads 16 rows of
+    const int CP = C + 1;       // the row stride of Ti and X, which row_products reads 16 rows of
     float* Ti = Z + C * KP;     // [C, CP] the fp32 inverse
     float* dT = Ti + C * CP;    // [C, C] dT, then dA
     float* X = dT + C * C;      // [C, CP] Tfᵀ dT
@@ -324,12 +324,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     // dT = dv_new vbᵀ + dW kbᵀ
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        float a = 0.f;
-        for (int dd = 0; dd < K; ++dd) a += Y[i * KP + dd] * Z[j * KP + dd];
-        dT[i * C + j] += a;
-    }
+    row_products<false>(
+        Y, KP, Z, KP, L, K, [&](int) { return K; },
+        [&](int i, int j, float a) { dT[i * C + j] += a; });
     __syncthreads();
     // X = Tfᵀ dT and dkb = Tfᵀ dW (Tf is lower triangular), dkb in dW's place in the scratch
     lower_transposed_all(Ti, CP, dT, C, L, L, [&](int i, int j, float a) { X[i * CP + j] = a; });
@@ -338,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     load_tile(Y, KP, L, K, x.f.qn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
     // dA = −X Tfᵀ (Tf is lower triangular: m ≤ j), read below the diagonal only (A lives there)
-    below_diagonal(
+    row_products<true>(
         X, CP, Ti, CP, L, L - 1, [](int j) { return j + 1; },
         [&](int i, int j, float a) { dT[i * C + j] = -a; });
     __syncthreads();
