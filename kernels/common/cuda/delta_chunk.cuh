@@ -18,11 +18,13 @@ namespace lav::cuda {
 
 /// Threads per block of every chunk kernel.
 constexpr int kDeltaChunkThreads = 256;
-/// Value columns per step of the backward's chunk-parallel sums, and the row stride of their
-/// column tiles: rows start 16-byte aligned, so that a row is read as four float4s, and 20
-/// floats apart, which puts the float4s of eight consecutive rows in distinct banks.
+/// Value columns the backward's chunk-parallel sums add at a time (the order of their sums),
+/// columns its tiles hold (a step: one round of loads for two of those), and the row stride of
+/// the tiles: rows start 16-byte aligned, so that sixteen values are read as four float4s, and
+/// 36 floats apart, which puts the float4s of eight consecutive rows in distinct banks.
 constexpr int kChunkCols = 16;
-constexpr int kChunkColRow = kChunkCols + 4;
+constexpr int kChunkStepCols = 2 * kChunkCols;
+constexpr int kChunkColRow = kChunkStepCols + 4;
 /// n floats rounded up to whole float4s: a tile after n floats starts as aligned as the first.
 constexpr int64_t whole_float4s(int64_t n) { return (n + 3) / 4 * 4; }
 

@@ -35,7 +35,7 @@ namespace {
 constexpr int kThreads = kDeltaChunkThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;  // value columns per block of the dS pass
-constexpr int kCols = kChunkCols, kColRow = kChunkColRow;
+constexpr int kCols = kChunkCols, kStepCols = kChunkStepCols, kColRow = kChunkColRow;
 // keys per round of the column sums: their [C, keys] accumulators are most of the block's tiles
 constexpr int kKeyPart = 128;
 
@@ -236,26 +236,33 @@ __global__ void __launch_bounds__(kThreads, 1)
         const bool first = k0 == 0;
         __syncthreads();  // the previous keys' sums are stored
         for (int e = tid; e < L * KH; e += kThreads) dw[e] = dqh[e] = dkh[e] = 0.f;
-        for (int c0 = 0; c0 < V; c0 += kCols) {
+        for (int c0 = 0; c0 < V; c0 += kStepCols) {
             __syncthreads();  // the previous columns are done with every tile
-            const int nc = V - c0 < kCols ? V - c0 : kCols;
             const int64_t hk = state + int64_t(k0) * V, vo = (r0 * HV + hv) * V;
-            load_tile(h, kColRow, nk, kCols, x.f.h, p.state, hk, V, c0, V);
-            load_tile(dH, kColRow, nk, kCols, x.dH, p.state, hk, V, c0, V);
-            load_tile(dO, kColRow, L, kCols, d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0, hv),
-                      d.d_o.st, c0, V);
-            load_tile(vn, kColRow, L, kCols, x.f.v_new, in, vo, int64_t(HV) * V, c0, V);
-            load_tile(dvn, kColRow, L, kCols, x.dvn, DType::f32, vo, int64_t(HV) * V, c0, V);
+            load_tile(h, kColRow, nk, kStepCols, x.f.h, p.state, hk, V, c0, V);
+            load_tile(dH, kColRow, nk, kStepCols, x.dH, p.state, hk, V, c0, V);
+            load_tile(dO, kColRow, L, kStepCols, d.d_o.data, d.d_o.dtype,
+                      at(d.d_o, ck.s, ck.c0, hv), d.d_o.st, c0, V);
+            load_tile(vn, kColRow, L, kStepCols, x.f.v_new, in, vo, int64_t(HV) * V, c0, V);
+            load_tile(dvn, kColRow, L, kStepCols, x.dvn, DType::f32, vo, int64_t(HV) * V, c0, V);
             if (first)
                 gather_tile(
-                    L, kCols, p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0, hv), p.v.st, c0, V,
+                    L, kStepCols, p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0, hv), p.v.st, c0, V,
                     [&](int i, int c, float v) { vb[i * kColRow + c] = rounded(v * beta[i], in); });
             __syncthreads();
-            for (int e = tid; e < nk * kCols; e += kThreads)
-                hd += h[e / kCols * kColRow + e % kCols] * dH[e / kCols * kColRow + e % kCols];
-            key_column_sums(L, nk, h, dH, dO, vn, dvn, dw, dqh, dkh);
-            if (!first) continue;
-            value_column_sums(p, d, ck, hv, c0, nc, Ti, dO, vn, dvn, vb, beta, dov, dTv, dbv);
+            // the step's columns kCols at a time, as every sum adds them
+            for (int sub = 0; sub < kStepCols && c0 + sub < V; sub += kCols) {
+                const int nc = V - c0 - sub < kCols ? V - c0 - sub : kCols;
+                for (int e = tid; e < nk * kCols; e += kThreads) {
+                    const int o = e / kCols * kColRow + sub + e % kCols;
+                    hd += h[o] * dH[o];
+                }
+                key_column_sums(L, nk, h + sub, dH + sub, dO + sub, vn + sub, dvn + sub, dw, dqh,
+                                dkh);
+                if (first)
+                    value_column_sums(p, d, ck, hv, c0 + sub, nc, Ti, dO + sub, vn + sub, dvn + sub,
+                                      vb + sub, beta, dov, dTv, dbv);
+            }
         }
         __syncthreads();
         for (int e = tid; e < L * nk; e += kThreads) {

@@ -37,7 +37,7 @@ namespace {
 constexpr int kThreads = kDeltaChunkThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kTile = 32;  // value columns per block of the dS pass
-constexpr int kCols = kChunkCols, kColRow = kChunkColRow;
+constexpr int kCols = kChunkCols, kStepCols = kChunkStepCols, kColRow = kChunkColRow;
 
 /// The scratch: the forward's kept values, then the backward's, in fp32 elements.
 struct Scratch {
@@ -244,26 +244,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int e = tid; e < L * K; e += kThreads) dw[e] = dqh[e] = dkh[e] = 0.f;
     for (int dd = tid; dd < K; dd += kThreads) hd[dd] = 0.f;
-    for (int c0 = 0; c0 < V; c0 += kCols) {
+    for (int c0 = 0; c0 < V; c0 += kStepCols) {
         __syncthreads();  // the previous columns are done with every tile
-        const int nc = V - c0 < kCols ? V - c0 : kCols;
         const int64_t vo = (r0 * HV + hv) * V;
-        load_tile(h, kColRow, K, kCols, x.f.h, p.state, state, V, c0, V);
-        load_tile(dH, kColRow, K, kCols, x.dH, p.state, state, V, c0, V);
-        load_tile(dO, kColRow, L, kCols, d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0, hv),
+        load_tile(h, kColRow, K, kStepCols, x.f.h, p.state, state, V, c0, V);
+        load_tile(dH, kColRow, K, kStepCols, x.dH, p.state, state, V, c0, V);
+        load_tile(dO, kColRow, L, kStepCols, d.d_o.data, d.d_o.dtype, at(d.d_o, ck.s, ck.c0, hv),
                   d.d_o.st, c0, V);
-        load_tile(vn, kColRow, L, kCols, x.f.v_new, in, vo, int64_t(HV) * V, c0, V);
-        load_tile(dvn, kColRow, L, kCols, x.dvn, DType::f32, vo, int64_t(HV) * V, c0, V);
-        gather_tile(L, kCols, p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0, hv), p.v.st, c0, V,
+        load_tile(vn, kColRow, L, kStepCols, x.f.v_new, in, vo, int64_t(HV) * V, c0, V);
+        load_tile(dvn, kColRow, L, kStepCols, x.dvn, DType::f32, vo, int64_t(HV) * V, c0, V);
+        gather_tile(L, kStepCols, p.v.data, p.v.dtype, at(p.v, ck.s, ck.c0, hv), p.v.st, c0, V,
                     [&](int i, int c, float v) { vb[i * kColRow + c] = beta[i] * v; });
         __syncthreads();
-        for (int dd = tid; dd < K; dd += kThreads) {
-            float r[kCols];
-            tile_row(r, dH + dd * kColRow);
-            hd[dd] += row_dot(0.f, h + dd * kColRow, r);
+        // the step's columns kCols at a time, as every sum adds them
+        for (int sub = 0; sub < kStepCols && c0 + sub < V; sub += kCols) {
+            const int nc = V - c0 - sub < kCols ? V - c0 - sub : kCols;
+            for (int dd = tid; dd < K; dd += kThreads) {
+                float r[kCols];
+                tile_row(r, dH + dd * kColRow + sub);
+                hd[dd] += row_dot(0.f, h + dd * kColRow + sub, r);
+            }
+            key_column_sums(L, K, h + sub, dH + sub, dO + sub, vn + sub, dvn + sub, dw, dqh, dkh);
+            value_column_sums(p, d, ck, hv, c0 + sub, nc, Ti, dO + sub, vn + sub, dvn + sub,
+                              vb + sub, beta, dov, dTv, dbv);
         }
-        key_column_sums(L, K, h, dH, dO, vn, dvn, dw, dqh, dkh);
-        value_column_sums(p, d, ck, hv, c0, nc, Ti, dO, vn, dvn, vb, beta, dov, dTv, dbv);
     }
     __syncthreads();
     for (int e = tid; e < L * K; e += kThreads) {
