@@ -40,8 +40,9 @@ __device__ __forceinline__ void gather_tile(int rows, int cols, const void* src,
                                             int64_t at, int64_t pitch, int col0, int width,
                                             Put&& put) {
     const int bytes = d == DType::f32 ? 4 : 2, per = 16 / bytes;  // per: elements of a vector
-    const char* first = static_cast<const char*>(src) + (at + col0) * bytes;
-    if (cols % per == 0 && pitch % per == 0 && col0 + cols <= width &&
+    const char* first =
+        src != nullptr ? static_cast<const char*>(src) + (at + col0) * bytes : nullptr;
+    if (first != nullptr && cols % per == 0 && pitch % per == 0 && col0 + cols <= width &&
         reinterpret_cast<uintptr_t>(first) % 16 == 0) {
         constexpr int kVectors = 4;
         const int row_vectors = cols / per, n = rows * row_vectors;
