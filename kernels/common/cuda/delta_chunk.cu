@@ -32,7 +32,7 @@ constexpr int kThreads = kDeltaChunkThreads;
 constexpr int kTile = 32;  // value columns per block of the state pass, per step of the others
 
 int64_t prep_floats(int K, int C) {
-    return int64_t(C) * padded_keys(K) + 2 * C * C + C * kTile + 3 * C;
+    return int64_t(C) * padded_keys(K) + C * (C + 1) + C * C + C * kTile + 3 * C;
 }
 int64_t state_floats(int K, int C) { return 2 * int64_t(C) * K + C * kTile + 2 * K * kTile + C; }
 int64_t out_floats(int K, int C) {
@@ -51,8 +51,8 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
     const int64_t t0 = ck.c0, r0 = row(p.seqs, s, t0);
     const DType in = p.q.dtype;
     float* k = sm;                 // [C, KP] k̂ as stored, then kb
-    float* A = k + C * KP;         // [C, C]
-    float* Ti = A + C * C;         // [C, C] (I + A)⁻¹
+    float* A = k + C * KP;         // [C, C + 1]: rows an odd number of floats apart for the solve
+    float* Ti = A + C * (C + 1);   // [C, C] (I + A)⁻¹
     float* vb = Ti + C * C;        // [C, kTile] round(v β)
     float* beta = vb + C * kTile;  // [C] β as used
     float* G = beta + C;           // [C] chunk-local cumsum of the log decay
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
             for (int d = 0; d < K; ++d) a += k[i * KP + d] * k[j * KP + d];
             a = a * expf(G[i] - G[j]) * beta[i];
         }
-        A[i * C + j] = a;
+        A[i * (C + 1) + j] = a;
     }
     __syncthreads();
     // A has read k̂: it becomes kb = round(k̂ β e^G), w's factor
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
         k[j * KP + d] = rounded(k[j * KP + d] * (beta[j] * decay[j]), in);
     }
     // (I + A) Ti = I in fp32; then stored
-    solve_unit_lower(A, Ti, L, C);
+    solve_unit_lower(A, C + 1, Ti, C, L);
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
         if (j <= i) Ti[i * C + j] = rounded(Ti[i * C + j], in);

@@ -243,17 +243,41 @@ __device__ inline void prep_rows(const DeltaChunkProblem& p, const DeltaChunkSav
     }
 }
 
-/// (I + A) T = I for a strictly lower A ([L, L] of row stride C), by forward substitution in
-/// fp32, each entry summed in ascending m (the CPU rows' order). Column j of T depends on column
-/// j alone, so a thread takes a column down all its rows, no barrier between rows; the block is
-/// synchronised on return.
-__device__ inline void solve_unit_lower(const float* A, float* T, int L, int C) {
-    for (int j = threadIdx.x; j < L; j += kDeltaChunkThreads)
-        for (int i = j; i < L; ++i) {
-            float t = i == j ? 1.f : 0.f;
-            for (int m = j; m < i; ++m) t -= A[i * C + m] * T[m * C + j];
-            T[i * C + j] = t;
+/// (I + A) T = I for a strictly lower A ([L, L], row pitch ap; T's pitch tp), by forward
+/// substitution in fp32, each entry T_ij = δ_ij − Σ_{m=j}^{i−1} A_im T_mj summed in ascending m
+/// (the CPU rows' order). A column's sums advance together: once T_mj is final, every row below
+/// takes its term m. Warp w takes columns w + 8c, c < 8 (each step one term for all eight, so
+/// that their latencies overlap), a lane rows lane and lane + 32; the block is synchronised on
+/// return. An odd ap keeps the lanes' reads of A's column m in distinct banks.
+__device__ inline void solve_unit_lower(const float* A, int ap, float* T, int tp, int L) {
+    constexpr int kWarps = kDeltaChunkThreads / 32, kCols = kMaxDeltaChunk / kWarps;
+    static_assert(kMaxDeltaChunk == 64, "two rows a lane");
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int i0 = lane, i1 = lane + 32;
+    float t[kCols][2];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+        const int j = warp + kWarps * c;
+        t[c][0] = i0 == j ? 1.f : 0.f;
+        t[c][1] = i1 == j ? 1.f : 0.f;
+    }
+    for (int m = warp; m < L - 1; ++m) {
+        const bool r0 = i0 > m && i0<L, r1 = i1> m && i1 < L;
+        const float a0 = r0 ? A[i0 * ap + m] : 0.f, a1 = r1 ? A[i1 * ap + m] : 0.f;
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) {
+            if (m < warp + kWarps * c) break;  // the warp's later columns start further down
+            const float tm = __shfl_sync(~0u, m < 32 ? t[c][0] : t[c][1], m % 32);
+            if (r0) t[c][0] -= a0 * tm;
+            if (r1) t[c][1] -= a1 * tm;
         }
+    }
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+        const int j = warp + kWarps * c;
+        if (j <= i0 && i0 < L) T[i0 * tp + j] = t[c][0];
+        if (j <= i1 && i1 < L) T[i1 * tp + j] = t[c][1];
+    }
     __syncthreads();
 }
 

@@ -15,10 +15,13 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/delta_chunk.cuh"
+#include "common/cuda/kda_chunk_cuda.h"
 #include "common/cuda/tensor_core.cuh"
 
 namespace lav::cuda {
@@ -80,8 +83,9 @@ template <typename T, int R, int P>
 __device__ __forceinline__ void split_parts(T (*parts)[R][P], int r, int c, float x) {
 #pragma unroll
     for (int q = 0; q < kParts; ++q) {
-        parts[q][r][c] = Half16<T>::from(x);
-        x -= Half16<T>::to(parts[q][r][c]);
+        const T y = Half16<T>::from(x);
+        parts[q][r][c] = y;
+        x -= Half16<T>::to(y);
     }
 }
 
@@ -111,8 +115,8 @@ struct PrepTiles {
     alignas(16) T Ti[kRows][kRows + 8];  // (I + A)⁻¹ as stored, zero above the diagonal
     alignas(16) T vb[kRows][kCols + 8];  // round(v β)
     float kf[kRows][KT + 1];             // the k̂ rows prep_rows leaves
-    float A[kRows][kRows];
-    float Tf[kRows][kRows];  // (I + A)⁻¹ in fp32
+    float A[kRows][kRows + 1];   // rows an odd number of floats apart: the solve reads columns
+    float Tf[kRows][kRows + 1];  // (I + A)⁻¹ in fp32
     float beta[kRows], G[kRows], decay[kRows];
 };
 
@@ -165,10 +169,16 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     const DType in = p.q.dtype;
     prep_rows(p, x, ck, hv, &s.kf[0][0], KT + 1, s.beta, s.G, s.decay);
     __syncthreads();
-    for (int e = tid; e < kRows * KT; e += kDeltaChunkThreads) {
-        const int i = e / KT, d = e % KT;
-        s.k[i][d] = Half16<T>::from(i < L && d < K ? s.kf[i][d] : 0.f);
-    }
+    // f(row, first column of the pair) over the pairs of adjacent columns of a [kRows, KT] tile
+    const auto for_key_pairs = [&](auto&& f) {
+        for (int e = tid; e < kRows * KT / 2; e += kDeltaChunkThreads)
+            f(e / (KT / 2), e % (KT / 2) * 2);
+    };
+    // k̂ in fp32, zero past the chunk and the keys; rounded into the tile
+    const auto kf = [&](int i, int d) { return i < L && d < K ? s.kf[i][d] : 0.f; };
+    for_key_pairs([&](int i, int d) {
+        *reinterpret_cast<uint32_t*>(&s.k[i][d]) = pair<T>(kf(i, d), kf(i, d + 1));
+    });
     __syncthreads();
     // warp w: rows rb + [0, 16), columns cb + [0, 32) of the chunk's [C, C] tiles
     const int rb = 16 * (warp % 4), cb = 32 * (warp / 4);
@@ -186,17 +196,24 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     }
     __syncthreads();
     // A has read k̂: it becomes kb = round(k̂ β e^G), w's factor
-    for (int e = tid; e < L * K; e += kDeltaChunkThreads) {
-        const int j = e / K, d = e % K;
-        s.k[j][d] = Half16<T>::from(s.kf[j][d] * (s.beta[j] * s.decay[j]));
-    }
+    for_key_pairs([&](int j, int d) {
+        if (j >= L || d >= K) return;
+        const float f = s.beta[j] * s.decay[j];
+        *reinterpret_cast<uint32_t*>(&s.k[j][d]) =
+            pair<T>(kf(j, d) * f, d + 1 < K ? kf(j, d + 1) * f : 0.f);
+    });
     // (I + A) Ti = I in fp32; then stored
-    solve_unit_lower(&s.A[0][0], &s.Tf[0][0], L, kRows);
-    for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
-        const int i = e / kRows, j = e % kRows;
-        const T ti = Half16<T>::from(j <= i && i < L ? s.Tf[i][j] : 0.f);
-        s.Ti[i][j] = ti;
-        if (i < L && j < L) store(x.Ti, in, ((r0 + i) * HV + hv) * C + j, Half16<T>::to(ti));
+    solve_unit_lower(&s.A[0][0], kRows + 1, &s.Tf[0][0], kRows + 1, L);
+    for (int e = tid; e < kRows * kRows / 2; e += kDeltaChunkThreads) {
+        const int i = e / (kRows / 2), j = e % (kRows / 2) * 2;
+        const bool row = i < L;
+        const uint32_t ti =
+            pair<T>(row && j <= i ? s.Tf[i][j] : 0.f, row && j + 1 <= i ? s.Tf[i][j + 1] : 0.f);
+        *reinterpret_cast<uint32_t*>(&s.Ti[i][j]) = ti;
+        if (row && j < L) {
+            const float2 t = to_float2<T>(ti);
+            store_pair(x.Ti, in, ((r0 + i) * HV + hv) * C + j, t.x, t.y, j + 1 < L);
+        }
     }
     __syncthreads();
     // w = Ti kb, stored: warp w takes rows rb and the 32 columns from 32·(w / 4) + 64·m
@@ -207,9 +224,11 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
 #pragma unroll
         for (int n = 0; n < 4; ++n)
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
+            for (int u = 0; u < 4; u += 2) {
                 const int i = rb + acc_row(u), d = n0[n] + acc_col(u);
-                if (i < L && d < K) store(x.w, in, ((r0 + i) * HV + hv) * K + d, acc[n][u]);
+                if (i < L && d < K)
+                    store_pair(x.w, in, ((r0 + i) * HV + hv) * K + d, acc[n][u], acc[n][u + 1],
+                               d + 1 < K);
             }
     }
     // u = Ti round(v β), stored, kCols value columns a step; vb's rows past the chunk stay zero
@@ -224,116 +243,232 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
 #pragma unroll
         for (int n = 0; n < 4; ++n)
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
+            for (int u = 0; u < 4; u += 2) {
                 const int i = rb + acc_row(u), c = c0 + n0[n] + acc_col(u);
-                if (i < L && c < V) store(x.u, in, ((r0 + i) * HV + hv) * V + c, acc[n][u]);
+                if (i < L && c < V)
+                    store_pair(x.u, in, ((r0 + i) * HV + hv) * V + c, acc[n][u], acc[n][u + 1],
+                               c + 1 < V);
             }
         __syncthreads();  // the step is done with vb
     }
 }
 
-/// The state pass's tiles; pitches of 8 extra elements keep ldmatrix's rows on distinct banks.
+/// The state pass's tiles: w and k̂ of two chunks (the one computed, the next in flight); pitches
+/// of 8 extra elements keep ldmatrix's rows on distinct banks.
 template <typename T, int KT>
 struct StateTiles {
-    alignas(16) T w[kRows][KT + 8];
-    alignas(16) T k[kRows][KT + 8];
+    alignas(16) T w[2][kRows][KT + 8];
+    alignas(16) T k[2][kRows][KT + 8];
     alignas(16) T h[kParts][KT][kStateCols + 8];  // h = round(S) in parts
     alignas(16) T vd[kRows][kStateCols + 8];      // round(v_new e^{G_last − G})
-    float u[kRows][kStateCols];
-    float S[KT][kStateCols];  // the carried state
-    float to_end[kRows];      // exp(G_last − G)
 };
 
+/// load_rows's tile, copied without a trip through registers where src's rows are aligned to
+/// 16 bytes (complete after copies_wait()), element by element otherwise.
+template <int R, int W, typename T, int P>
+__device__ void copy_rows(T (*dst)[P], const void* src, int64_t at, int64_t pitch, int rows,
+                          int cols) {
+    static_assert(W % 8 == 0 && P % 8 == 0, "rows of whole 16-byte vectors");
+    const auto* s = static_cast<const unsigned short*>(src) + at;
+    const bool aligned = reinterpret_cast<uintptr_t>(s) % 16 == 0 && pitch % 8 == 0;
+    for (int e = threadIdx.x; e < R * W / 8; e += kDeltaChunkThreads) {
+        const int r = e / (W / 8), c = e % (W / 8) * 8;
+        const unsigned short* x = s + r * pitch + c;
+        if (aligned && (r >= rows || c + 8 <= cols)) {
+            copy16(&dst[r][c], r < rows ? x : s, r < rows);
+            continue;
+        }
+        auto* y = reinterpret_cast<unsigned short*>(&dst[r][c]);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) y[q] = r < rows && c + q < cols ? x[q] : 0u;
+    }
+}
+
+/// The parts of two adjacent elements x0, x1 of row r, columns c and c + 1, a 32-bit store each.
+template <typename T, int R, int P>
+__device__ __forceinline__ void split_pair_parts(T (*parts)[R][P], int r, int c, float x0,
+                                                 float x1) {
+#pragma unroll
+    for (int q = 0; q < kParts; ++q) {
+        const uint32_t y = pair<T>(x0, x1);
+        *reinterpret_cast<uint32_t*>(&parts[q][r][c]) = y;
+        const float2 f = to_float2<T>(y);
+        x0 -= f.x;
+        x1 -= f.y;
+    }
+}
+
+/// What the state pass reads and writes: the delta rules' values (a log decay per row; the
+/// update's keys k̂, [rows, H, K]) or kda's (a log decay per key; the keys kg = round(k̂
+/// e^{G_last − G}), [rows, HV, K], which carry the decay to the chunk's end).
+struct StatePass {
+    const void *w, *keys, *u;
+    void *v_new, *h;
+    const float* G;  ///< [rows, HV] or, per key, [rows, HV, K]
+};
+
+/// The state pass: a block per (sequence, value head, kStateCols value columns) walks the
+/// chunks in order. Warp w keeps the state's 16 × 8 tiles at rows 16 (w / 4) + 32 i, columns
+/// 8 (w % 4) in registers; the next chunk's w and keys are copied in while this one is computed.
+/// S ← e^{G_last} S + keysᵀ vd with vd = round(v_new e^{G_last − G}) for a decay per row, and
+/// S ← diag(e^{G_last}) S + kgᵀ v_new for one per key (kda).
 // two blocks a multiprocessor at keys up to 128: registers up to 128
-template <typename T, int KT>
+template <typename T, int KT, bool PerKey>
 __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
-    chunk_state_tc(DeltaChunkProblem p, DeltaChunkSaved x) {
+    chunk_state_tc(DeltaChunkProblem p, StatePass x) {
+    constexpr int kTiles = KT / 32;  // the warp's state tiles
     extern __shared__ float sm[];
     auto& s = *reinterpret_cast<StateTiles<T, KT>*>(sm);
     const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
     const int n = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / p.heads);
     const int col0 = blockIdx.y * kStateCols;
     const Span sp = span(p.seqs, n);
-    const int tid = threadIdx.x, warp = tid / 32;
+    const int warp = threadIdx.x / 32;
     const DType in = p.q.dtype;
     const int parts = p.state == in ? 1 : kParts;
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
-    load_tile(&s.S[0][0], kStateCols, K, kStateCols, p.h0, p.state, state, V, col0,
-              p.h0 != nullptr ? V : 0);
-    // h's rows past K stay zero: w's columns there are too, but 0 · NaN would not be
-    for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.h[q], K);
+    const int db0 = 16 * (warp / 4), n0 = 8 * (warp % 4);
+    // f(element pair, key, column within the tile) over the thread's state, adjacent columns
+    float S[kTiles][4];
+    const auto for_pairs = [&](auto&& f) {
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+            for (int u = 0; u < 4; u += 2)
+                f(S[i][u], S[i][u + 1], db0 + 32 * i + acc_row(u), n0 + acc_col(u));
+    };
+    for_pairs([&](float& s0, float& s1, int d, int c) {
+        const bool row = p.h0 != nullptr && d < K;
+        s0 = row && col0 + c < V ? load(p.h0, p.state, state + int64_t(d) * V + col0 + c) : 0.f;
+        s1 = row && col0 + c + 1 < V ? load(p.h0, p.state, state + int64_t(d) * V + col0 + c + 1)
+                                     : 0.f;
+    });
     const int64_t first = first_slot(p.seqs, C, n, sp);
-    for (int64_t ch = 0; ch * C < sp.len; ++ch) {
+    // v_new's tile of warp w: rows rb + [0, 16), columns cb + [0, 16)
+    const int rb = 16 * (warp % 4), cb = 16 * (warp / 4);
+    // a chunk's w and k̂ to tile buffer b, and its u and gate cumsums for the thread's v_new
+    // elements to registers: the next chunk's are fetched while this one is computed
+    float u_next[2][4], G_next[2], G_last_next = 0.f;
+    // a decay per key: G_last of the thread's state rows
+    [[maybe_unused]] float G_key_next[kTiles][2];
+    const auto fetch = [&](int64_t ch, int b) {
         const int64_t t0 = ch * C, r0 = row(p.seqs, sp, t0);
         const int L = int(sp.len - t0 < C ? sp.len - t0 : C);
-        const float G_last = x.G[(r0 + L - 1) * HV + hv];
-        __syncthreads();  // the previous chunk is done with every tile
-        load_rows<kRows, KT>(s.w, x.w, (r0 * HV + hv) * K, int64_t(HV) * K, L, K);
-        load_rows<kRows, KT>(s.k, x.kn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
-        load_tile(&s.u[0][0], kStateCols, L, kStateCols, x.u, in, (r0 * HV + hv) * V,
-                  int64_t(HV) * V, col0, V);
-        for (int i = tid; i < L; i += kDeltaChunkThreads)
-            s.to_end[i] = expf(G_last - x.G[(r0 + i) * HV + hv]);
-        // the state as stored (FLA's h) is what v_new and the output read
-        for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
-            const int d = e / kStateCols, c = e % kStateCols;
-            const float S = s.S[d][c], hs = rounded(S, p.state);
-            split_parts(s.h, d, c, hs);
-            if (col0 + c >= V) continue;
-            store(x.h, p.state, (((first + ch) * HV + hv) * K + d) * V + col0 + c, hs);
-            if (p.h != nullptr)
-                store(p.h, p.state,
-                      ((p.first_chunk[n] + ch) * HV + hv) * K * V + int64_t(d) * V + col0 + c, S);
+        copy_rows<kRows, KT>(s.w[b], x.w, (r0 * HV + hv) * K, int64_t(HV) * K, L, K);
+        if constexpr (PerKey) {
+            copy_rows<kRows, KT>(s.k[b], x.keys, (r0 * HV + hv) * K, int64_t(HV) * K, L, K);
+#pragma unroll
+            for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int d = db0 + 32 * i + acc_row(2 * e);
+                    G_key_next[i][e] = d < K ? x.G[((r0 + L - 1) * HV + hv) * K + d] : 0.f;
+                }
+        } else {
+            copy_rows<kRows, KT>(s.k[b], x.keys, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L,
+                                 K);
+            G_last_next = x.G[(r0 + L - 1) * HV + hv];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int i = rb + acc_row(2 * e);
+                G_next[e] = i < L ? x.G[(r0 + i) * HV + hv] : 0.f;
+            }
         }
-        __syncthreads();
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = rb + acc_row(u), c = col0 + cb + 8 * nt + acc_col(u);
+                u_next[nt][u] = i < L && c < V ? load(x.u, in, ((r0 + i) * HV + hv) * V + c) : 0.f;
+            }
+    };
+    if (sp.len > 0) fetch(0, 0);
+    for (int64_t ch = 0; ch * C < sp.len; ++ch) {
+        const int b = ch % 2;
+        const int64_t t0 = ch * C, r0 = row(p.seqs, sp, t0);
+        const int L = int(sp.len - t0 < C ? sp.len - t0 : C);
+        const float G_last = G_last_next;
+        float u_in[2][4], to_end[2], last[kTiles][2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+            to_end[e] = PerKey ? 1.f : rb + acc_row(2 * e) < L ? expf(G_last - G_next[e]) : 0.f;
+        if constexpr (PerKey)
+#pragma unroll
+            for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) last[i][e] = expf(G_key_next[i][e]);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) u_in[nt][u] = u_next[nt][u];
+        // the state as stored (FLA's h) is what v_new and the output read
+        for_pairs([&](float s0, float s1, int d, int c) {
+            const float h0 = rounded(s0, p.state), h1 = rounded(s1, p.state);
+            split_pair_parts(s.h, d, c, h0, h1);
+            if (d >= K || col0 + c >= V) return;
+            const bool both = col0 + c + 1 < V;
+            store_pair(x.h, p.state, (((first + ch) * HV + hv) * K + d) * V + col0 + c, h0, h1,
+                       both);
+            if (p.h != nullptr)
+                store_pair(p.h, p.state,
+                           ((p.first_chunk[n] + ch) * HV + hv) * K * V + int64_t(d) * V + col0 + c,
+                           s0, s1, both);
+        });
+        copies_wait();
+        __syncthreads();  // h and this chunk's tiles are in; the last chunk's are read
+        if ((ch + 1) * C < sp.len) fetch(ch + 1, 1 - b);
         {
-            // v_new = round(u − w h): warp w takes rows rb + [0, 16), columns cb + [0, 16)
-            const int rb = 16 * (warp % 4), cb = 16 * (warp / 4);
+            // v_new = round(u − w h)
             float acc[2][4] = {};
             uint32_t a[4];
             for (int kk = 0; kk < KT; kk += 16) {
-                fragment_a(a, s.w, rb, kk);
+                fragment_a(a, s.w[b], rb, kk);
 #pragma unroll
                 for (int nt = 0; nt < 2; ++nt) mma_parts(acc[nt], a, s.h, parts, kk, cb + 8 * nt);
             }
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-                for (int u = 0; u < 4; ++u) {
+                for (int u = 0; u < 4; u += 2) {
                     const int i = rb + acc_row(u), c = cb + 8 * nt + acc_col(u);
-                    float vd = 0.f;
+                    float vd[2] = {0.f, 0.f};
                     if (i < L) {
-                        const float v_new = rounded(s.u[i][c] - acc[nt][u], in);
+                        const float v0 = rounded(u_in[nt][u] - acc[nt][u], in),
+                                    v1 = rounded(u_in[nt][u + 1] - acc[nt][u + 1], in);
                         if (col0 + c < V)
-                            store(x.v_new, in, ((r0 + i) * HV + hv) * V + col0 + c, v_new);
-                        vd = v_new * s.to_end[i];
+                            store_pair(x.v_new, in, ((r0 + i) * HV + hv) * V + col0 + c, v0, v1,
+                                       col0 + c + 1 < V);
+                        vd[0] = PerKey ? v0 : v0 * to_end[u / 2];
+                        vd[1] = PerKey ? v1 : v1 * to_end[u / 2];
                     }
-                    s.vd[i][c] = Half16<T>::from(vd);
+                    *reinterpret_cast<uint32_t*>(&s.vd[i][c]) = pair<T>(vd[0], vd[1]);
                 }
         }
-        __syncthreads();
-        // S ← e^{G_last} S + k̂ᵀ vd: [KT, kStateCols] tiles of 16 × 8, warp w every eighth
-        const float last = expf(G_last);
-        for (int q = warp; q < KT / 16 * (kStateCols / 8); q += kDeltaChunkThreads / 32) {
-            const int db = 16 * (q / (kStateCols / 8)), n0 = 8 * (q % (kStateCols / 8));
+        __syncthreads();  // vd is in
+        // S ← e^{G_last} S + keysᵀ vd
+        const float row_last = expf(G_last);
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i) {
+            const int db = db0 + 32 * i;
             if (db >= K) continue;
             float acc[4] = {};
-            uint32_t a[4], b[2];
+            uint32_t a[4], bf[2];
             for (int jj = 0; jj < kRows; jj += 16) {
-                fragment_a_rows(a, s.k, jj, db);
-                fragment_b_rows(b, s.vd, jj, n0);
-                Half16<T>::mma(acc, a, b);
+                fragment_a_rows(a, s.k[b], jj, db);
+                fragment_b_rows(bf, s.vd, jj, n0);
+                Half16<T>::mma(acc, a, bf);
             }
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int d = db + acc_row(u), c = n0 + acc_col(u);
-                if (d < K) s.S[d][c] = s.S[d][c] * last + acc[u];
-            }
+            for (int u = 0; u < 4; ++u)
+                if (db + acc_row(u) < K)
+                    S[i][u] = S[i][u] * (PerKey ? last[i][u / 2] : row_last) + acc[u];
         }
     }
-    __syncthreads();
     if (p.ht == nullptr) return;
-    store_state_tile(p.ht, p.state, state, V, col0, &s.S[0][0], K, kStateCols);
+    for_pairs([&](float s0, float s1, int d, int c) {
+        if (d < K && col0 + c < V)
+            store_pair(p.ht, p.state, state + int64_t(d) * V + col0 + c, s0, s1, col0 + c + 1 < V);
+    });
 }
 
 /// The backward's dS pass's tiles.
@@ -492,7 +627,7 @@ struct OutTiles {
     alignas(16) T P[kRows][kRows + 8];       // the rounded scores, zero above the diagonal
     alignas(16) T h[kParts][KT][kCols + 8];  // h as stored, in parts
     alignas(16) T v[kRows][kCols + 8];       // v_new
-    float G[kRows];
+    float G[kRows], eG[kRows];
 };
 
 // ptxas, left alone, kept to 80 and spilled
@@ -509,12 +644,26 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     const int L = ck.len, tid = threadIdx.x;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0);
     const DType in = p.q.dtype;
-    load_rows<kRows, KT>(s.q, x.qn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
-    load_rows<kRows, KT>(s.k, x.kn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
-    for (int i = tid; i < kRows; i += kDeltaChunkThreads)
+    // q̂, k̂ and the first value step's v_new are copied in while h's first step is split
+    const auto values = [&](int c0) {
+        copy_rows<kRows, kCols>(s.v, x.v_new, (r0 * HV + hv) * V + c0, int64_t(HV) * V, L, V - c0);
+    };
+    copy_rows<kRows, KT>(s.q, x.qn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
+    copy_rows<kRows, KT>(s.k, x.kn, (r0 * p.heads + h) * K, int64_t(p.heads) * K, L, K);
+    values(0);
+    for (int i = tid; i < kRows; i += kDeltaChunkThreads) {
         s.G[i] = i < L ? x.G[(r0 + i) * HV + hv] : 0.f;
+        s.eG[i] = expf(s.G[i]);
+    }
     // h's rows past K stay zero: q̂'s columns there are too, but 0 · NaN would not be
     for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.h[q], K);
+    const int64_t state = (slot * HV + hv) * K * V;
+    const auto states = [&](int c0) {
+        gather_tile(K, kCols, x.h, p.state, state, V, c0, V,
+                    [&](int d, int c, float hd) { split_parts(s.h, d, c, hd); });
+    };
+    states(0);
+    copies_wait();
     __syncthreads();
     // warp w: rows rb + [0, 16), columns cb + [0, 32) of the scores and of each value step
     const int warp = tid / 32;
@@ -525,20 +674,24 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
+            for (int u = 0; u < 4; u += 2) {
                 const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
-                const float v = j <= i && i < L ? acc[nt][u] * expf(s.G[i] - s.G[j]) : 0.f;
-                s.P[i][j] = Half16<T>::from(v);
+                const bool row = i < L;
+                const float v0 = row && j <= i ? acc[nt][u] * expf(s.G[i] - s.G[j]) : 0.f;
+                const float v1 =
+                    row && j + 1 <= i ? acc[nt][u + 1] * expf(s.G[i] - s.G[j + 1]) : 0.f;
+                *reinterpret_cast<uint32_t*>(&s.P[i][j]) = pair<T>(v0, v1);
             }
     }
     const int parts = p.state == in ? 1 : kParts;
-    const int64_t state = (slot * HV + hv) * K * V;
     for (int c0 = 0; c0 < V; c0 += kCols) {
-        __syncthreads();  // the scores are in, or the previous columns are done
-        gather_tile(K, kCols, x.h, p.state, state, V, c0, V,
-                    [&](int d, int c, float hd) { split_parts(s.h, d, c, hd); });
-        load_rows<kRows, kCols>(s.v, x.v_new, (r0 * HV + hv) * V + c0, int64_t(HV) * V, L, V - c0);
-        __syncthreads();
+        if (c0 > 0) {
+            __syncthreads();  // the previous columns are done
+            values(c0);
+            states(c0);
+            copies_wait();
+        }
+        __syncthreads();  // the scores, h and v_new are in
         float qh[4][4] = {}, pv[4][4] = {};
         uint32_t a[4];
         for (int kk = 0; kk < KT; kk += 16) {
@@ -551,12 +704,13 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
+            for (int u = 0; u < 4; u += 2) {
                 const int i = rb + acc_row(u), c = c0 + cb + 8 * nt + acc_col(u);
                 if (i >= L || c >= V) continue;
-                const float a_i = qh[nt][u] * expf(s.G[i]);
-                store(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c,
-                      (a_i + pv[nt][u]) * p.scale);
+                const float o0 = (qh[nt][u] * s.eG[i] + pv[nt][u]) * p.scale,
+                            o1 = (qh[nt][u + 1] * s.eG[i] + pv[nt][u + 1]) * p.scale;
+                store_pair(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c, o0, o1,
+                           c + 1 < V);
             }
     }
 }
@@ -575,6 +729,22 @@ void with_tiles(const DeltaChunkProblem& p, F&& f) {
         keys(__half{});
 }
 
+template <bool PerKey>
+void launch_state_tc(const DeltaChunkProblem& p, const StatePass& x, cudaStream_t stream) {
+    with_tiles(p, [&](auto type, auto keys) {
+        using T = decltype(type);
+        constexpr int KT = decltype(keys)::value;
+        if constexpr (PerKey && KT > kMaxKdaChunkKeys)
+            throw std::invalid_argument("the kda chunk state pass takes keys up to " +
+                                        std::to_string(kMaxKdaChunkKeys));
+        else
+            launch_chunk_kernel(chunk_state_tc<T, KT, PerKey>,
+                                dim3(unsigned(p.seqs.n * p.value_heads),
+                                     unsigned((p.dv + kStateCols - 1) / kStateCols)),
+                                int64_t(sizeof(StateTiles<T, KT>) + 3) / 4, stream, p, x);
+    });
+}
+
 }  // namespace
 
 void delta_chunk_prep_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, int64_t slots,
@@ -589,14 +759,11 @@ void delta_chunk_prep_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, i
 
 void delta_chunk_state_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
                           cudaStream_t stream) {
-    with_tiles(p, [&](auto type, auto keys) {
-        using T = decltype(type);
-        constexpr int KT = decltype(keys)::value;
-        launch_chunk_kernel(chunk_state_tc<T, KT>,
-                            dim3(unsigned(p.seqs.n * p.value_heads),
-                                 unsigned((p.dv + kStateCols - 1) / kStateCols)),
-                            int64_t(sizeof(StateTiles<T, KT>) + 3) / 4, stream, p, x);
-    });
+    launch_state_tc<false>(p, StatePass{x.w, x.kn, x.u, x.v_new, x.h, x.G}, stream);
+}
+
+void kda_chunk_state_tc(const DeltaChunkProblem& p, const KdaChunkSaved& x, cudaStream_t stream) {
+    launch_state_tc<true>(p, StatePass{x.w, x.kg, x.u, x.v_new, x.h, x.G}, stream);
 }
 
 void delta_chunk_state_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,

@@ -34,7 +34,7 @@ constexpr int kTile = 32;  // value columns per block of the state pass, per ste
 
 // at K = 128, C = 64: 105, 105 and 137 KB (of the 227 KB a block may have)
 int64_t prep_floats(int K, int C) {
-    return 2 * int64_t(C) * padded_keys(K) + 2 * C * C + C * kTile + C;
+    return 2 * int64_t(C) * padded_keys(K) + C * (C + 1) + C * C + C * kTile + C;
 }
 int64_t state_floats(int K, int C) { return 2 * int64_t(C) * K + C * kTile + 2 * K * kTile + K; }
 int64_t out_floats(int K, int C) {
@@ -54,8 +54,9 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
     const DType in = p.q.dtype;
     float* k = sm;                 // [C, KP] k̂
     float* G = k + C * KP;         // [C, KP] the chunk-local cumsum per key, e^G, then kb
-    float* A = G + C * KP;         // [C, C] A, then the inverse rounded
-    float* Ti = A + C * C;         // [C, C] (I + A)⁻¹ in fp32
+    float* A = G + C * KP;         // [C, C + 1] A (rows an odd number of floats apart for the
+                                   // solve), then [C, C] the inverse rounded
+    float* Ti = A + C * (C + 1);   // [C, C] (I + A)⁻¹ in fp32
     float* vb = Ti + C * C;        // [C, kTile] round(β v)
     float* beta = vb + C * kTile;  // [C] β as used
     key_rows(p, ck, hv, k, KP, x.qn, x.kn);
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
                 a += k[i * KP + d] * k[j * KP + d] * expf(G[i * KP + d] - G[j * KP + d]);
             a *= beta[i];
         }
-        A[i * C + j] = a;
+        A[i * (C + 1) + j] = a;
     }
     // kg = round(k̂ exp(G_last − G)), which the state pass reads
     for (int e = tid; e < L * K; e += kThreads) {
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
               k[i * KP + d] * expf(G[(L - 1) * KP + d] - G[i * KP + d]));
     }
     __syncthreads();
-    solve_unit_lower(A, Ti, L, C);
+    solve_unit_lower(A, C + 1, Ti, C, L);
     // A has been read: it takes the inverse as stored; G (stored) becomes e^G
     for (int e = tid; e < L * L; e += kThreads) {
         const int i = e / L, j = e % L;
@@ -316,9 +317,12 @@ void kda_chunk_fwd(const DeltaChunkProblem& p, const KdaChunkSaved& x, cudaStrea
     if (slots > 0)
         launch_chunk_kernel(chunk_prep, dim3(unsigned(slots), HV), prep_floats(p.dk, p.chunk),
                             stream, p, x);
-    launch_chunk_kernel(chunk_state,
-                        dim3(unsigned(p.seqs.n) * HV, unsigned((p.dv + kTile - 1) / kTile)),
-                        state_floats(p.dk, p.chunk), stream, p, x);
+    if (delta_chunk_tensor_cores(p))
+        kda_chunk_state_tc(p, x, stream);
+    else
+        launch_chunk_kernel(chunk_state,
+                            dim3(unsigned(p.seqs.n) * HV, unsigned((p.dv + kTile - 1) / kTile)),
+                            state_floats(p.dk, p.chunk), stream, p, x);
     if (slots > 0 && p.o.data != nullptr)
         launch_chunk_kernel(chunk_out, dim3(unsigned(slots), HV), out_floats(p.dk, p.chunk), stream,
                             p, x);

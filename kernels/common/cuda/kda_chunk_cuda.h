@@ -45,6 +45,10 @@ int64_t kda_chunk_fwd_workspace_floats(const DeltaChunkProblem& p);
 /// `workspace` (kda_chunk_saved()); on return it holds those values.
 void kda_chunk_fwd(const DeltaChunkProblem& p, const KdaChunkSaved& saved, cudaStream_t stream);
 
+/// The forward's state pass on tensor cores (delta_chunk_tensor_cores), from the workspace x
+/// the first pass filled: the same values as chunk_state's but for the order of fp32 sums.
+void kda_chunk_state_tc(const DeltaChunkProblem& p, const KdaChunkSaved& x, cudaStream_t stream);
+
 /// The same, laying the workspace out itself (kda_chunk_fwd_workspace_floats() elements).
 void kda_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream);
 
