@@ -480,7 +480,6 @@ struct StateGradTiles {
     alignas(16) T dO[kRows][kStateCols + 8];           //
     alignas(16) T qdO[kParts][kRows][kStateCols + 8];  // scale e^G ⊙ dO in parts
     alignas(16) T dvn[kParts][kRows][kStateCols + 8];  // dv_new in parts
-    float dS[KT][kStateCols];                          // the carried dS
     float G[kRows];
 };
 
@@ -489,9 +488,12 @@ struct StateGradTiles {
 /// dH = round(dS) and dv_new = (k̂ dH) e^{G_last − G} + scale Pᵀ dO, then dS ← e^{G_last} dS +
 /// q̂ᵀ (scale e^G ⊙ dO) − wᵀ dv_new. The fp32 operands (P, dH when wider than T, scale e^G ⊙ dO,
 /// dv_new) go in as three parts each; scale e^G multiplies dO before q̂ where the FMA pass
-/// multiplies q̂ first, one fp32 rounding in another place.
+/// multiplies q̂ first, one fp32 rounding in another place. Warp w keeps dS's 16 × 8 tiles at
+/// rows 16 (w / 4) + 32 m, columns 8 (w % 4) in registers, as the state pass keeps S.
+// two blocks a multiprocessor at keys up to 128 (109 KB of tiles): registers up to 128; one
+// at 256 (155 KB)
 template <typename T, int KT>
-__global__ void __launch_bounds__(kDeltaChunkThreads, 1)
+__global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 ? 2 : 1)
     state_bwd_tc(DeltaChunkProblem p, DeltaGrads d, DeltaChunkSaved f, const float* P, void* dH,
                  float* dvn) {
     extern __shared__ float sm[];
@@ -503,11 +505,24 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
     const int tid = threadIdx.x, warp = tid / 32;
     const int dh_parts = p.state == p.q.dtype ? 1 : kParts;
     // [KT, kStateCols] in 16 × 8 tiles, the same number to each warp
-    constexpr int kWarps = kDeltaChunkThreads / 32, kPerWarp = KT / 16 * (kStateCols / 8) / kWarps;
+    constexpr int kPerWarp = KT / 32;
+    const int db0 = 16 * (warp / 4), n0 = 8 * (warp % 4);
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
-    load_tile(&s.dS[0][0], kStateCols, K, kStateCols, d.dht, p.state, state, V, col0,
-              d.dht != nullptr ? V : 0);
-    for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.dH[q], K);
+    // f(element pair, key, column within the tile) over the thread's dS, adjacent columns
+    float dS[kPerWarp][4];
+    const auto for_pairs = [&](auto&& f) {
+#pragma unroll
+        for (int m = 0; m < kPerWarp; ++m)
+#pragma unroll
+            for (int u = 0; u < 4; u += 2)
+                f(dS[m][u], dS[m][u + 1], db0 + 32 * m + acc_row(u), n0 + acc_col(u));
+    };
+    for_pairs([&](float& s0, float& s1, int dd, int c) {
+        const bool row = d.dht != nullptr && dd < K;
+        const int64_t at = state + int64_t(dd) * V + col0 + c;
+        s0 = row && col0 + c < V ? load(d.dht, p.state, at) : 0.f;
+        s1 = row && col0 + c + 1 < V ? load(d.dht, p.state, at + 1) : 0.f;
+    });
     const int64_t first = first_slot(p.seqs, C, n, sp);
     const auto key_tile = [&](const void* src, int64_t r0, int L, int heads, int head) {
         load_rows<kRows, KT>(s.X, src, (r0 * heads + head) * K, int64_t(heads) * K, L, K);
@@ -528,12 +543,12 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         load_rows<kRows, kStateCols>(s.dO, d.d_o.data, at(d.d_o, sp, t0, hv) + col0, d.d_o.st, L,
                                      V - col0);
         // the stored copy of dS, which this chunk's passes read
-        for (int e = tid; e < K * kStateCols; e += kDeltaChunkThreads) {
-            const int dd = e / kStateCols, c = e % kStateCols;
-            const float dHs = rounded(s.dS[dd][c], p.state);
-            split_parts(s.dH, dd, c, dHs);
-            if (col0 + c < V) store(dH, p.state, (slot * K + dd) * V + col0 + c, dHs);
-        }
+        for_pairs([&](float s0, float s1, int dd, int c) {
+            const float h0 = rounded(s0, p.state), h1 = rounded(s1, p.state);
+            split_pair_parts(s.dH, dd, c, h0, h1);
+            if (dd < K && col0 + c < V)
+                store_pair(dH, p.state, (slot * K + dd) * V + col0 + c, h0, h1, col0 + c + 1 < V);
+        });
         __syncthreads();
         for (int e = tid; e < kRows * kStateCols; e += kDeltaChunkThreads) {
             const int i = e / kStateCols, c = e % kStateCols;
@@ -583,8 +598,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         __syncthreads();
 #pragma unroll
         for (int m = 0; m < kPerWarp; ++m) {
-            const int q = warp + m * kWarps;
-            const int db = 16 * (q / (kStateCols / 8)), n0 = 8 * (q % (kStateCols / 8));
+            const int db = db0 + 32 * m;
             if (db >= K) continue;
             uint32_t a[4];
             for (int jj = 0; jj < kRows; jj += 16) {
@@ -598,8 +612,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         const float last = expf(s.G[L - 1]);
 #pragma unroll
         for (int m = 0; m < kPerWarp; ++m) {
-            const int q = warp + m * kWarps;
-            const int db = 16 * (q / (kStateCols / 8)), n0 = 8 * (q % (kStateCols / 8));
+            const int db = db0 + 32 * m;
             if (db >= K) continue;
             float wd[4] = {};
             uint32_t a[4];
@@ -608,15 +621,16 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
                 mma_parts(wd, a, s.dvn, kParts, jj, n0);
             }
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int dd = db + acc_row(u), c = n0 + acc_col(u);
-                if (dd < K) s.dS[dd][c] = s.dS[dd][c] * last + qd[m][u] - wd[u];
-            }
+            for (int u = 0; u < 4; ++u)
+                if (db + acc_row(u) < K) dS[m][u] = dS[m][u] * last + qd[m][u] - wd[u];
         }
     }
-    __syncthreads();
     if (d.dh0 == nullptr) return;
-    store_state_tile(d.dh0, p.state, state, V, col0, &s.dS[0][0], K, kStateCols);
+    for_pairs([&](float s0, float s1, int dd, int c) {
+        if (dd < K && col0 + c < V)
+            store_pair(d.dh0, p.state, state + int64_t(dd) * V + col0 + c, s0, s1,
+                       col0 + c + 1 < V);
+    });
 }
 
 /// The output pass's tiles.
