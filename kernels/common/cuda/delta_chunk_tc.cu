@@ -729,6 +729,87 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     }
 }
 
+/// kda's output pass's tiles: the fp32 ones its scores are summed from, and the 16-bit operands
+/// of its products.
+template <typename T, int KT>
+struct KdaOutTiles {
+    float q[kRows][KT + 1], k[kRows][KT + 1], G[kRows][KT + 1];  // q̂, k̂, the cumsum per key
+    alignas(16) T qg[kRows][KT + 8];                             // round(q̂ e^G)
+    alignas(16) T P[kRows][kRows + 8];                           // A_qk as stored
+    alignas(16) T h[kParts][KT][kStateCols + 8];                 // h as stored, in parts
+    alignas(16) T v[kRows][kStateCols + 8];                      // v_new
+};
+
+/// kda's output pass (kda_chunk.cu's chunk_out) with its two products on tensor cores: A_qk =
+/// round(scale Σ_d (q̂_id k̂_jd) e^{G_id − G_jd}) is summed per key in fp32 as there (the factor
+/// per pair and key), then o = A_qk v_new + scale (qg h), qg = round(q̂ e^G), by mma.sync,
+/// kStateCols value columns a step; h in parts where the state dtype is wider.
+// one block a multiprocessor (161 KB at K = 128), as the FMA pass
+template <typename T, int KT>
+__global__ void __launch_bounds__(kDeltaChunkThreads, 1)
+    kda_out_tc(DeltaChunkProblem p, KdaChunkSaved x) {
+    extern __shared__ float sm[];
+    auto& s = *reinterpret_cast<KdaOutTiles<T, KT>*>(sm);
+    const int K = p.dk, HV = p.value_heads, V = p.dv;
+    const int64_t slot = blockIdx.x;
+    const int hv = blockIdx.y, h = hv / (HV / p.heads);
+    const Chunk ck = chunk_at(p.seqs, p.chunk, slot);
+    if (ck.len == 0) return;
+    const int L = ck.len, tid = threadIdx.x, warp = tid / 32;
+    const int64_t r0 = row(p.seqs, ck.s, ck.c0);
+    const DType in = p.q.dtype;
+    load_tile(&s.q[0][0], KT + 1, L, K, x.qn, in, (r0 * p.heads + h) * K, p.heads * K);
+    load_tile(&s.k[0][0], KT + 1, L, K, x.kn, in, (r0 * p.heads + h) * K, p.heads * K);
+    load_tile(&s.G[0][0], KT + 1, L, K, x.G, DType::f32, (r0 * HV + hv) * K, HV * K);
+    // h's rows past K stay zero: qg's columns there are too, but 0 · NaN would not be
+    for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.h[q], K);
+    __syncthreads();
+    for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
+        const int i = e / kRows, j = e % kRows;
+        float t = 0.f;
+        if (j <= i && i < L) {
+            for (int d = 0; d < K; ++d) t += s.q[i][d] * s.k[j][d] * expf(s.G[i][d] - s.G[j][d]);
+            t = rounded(p.scale * t, in);
+        }
+        s.P[i][j] = Half16<T>::from(t);
+    }
+    for (int e = tid; e < kRows * KT; e += kDeltaChunkThreads) {
+        const int i = e / KT, d = e % KT;
+        s.qg[i][d] = Half16<T>::from(i < L && d < K ? s.q[i][d] * expf(s.G[i][d]) : 0.f);
+    }
+    const int parts = p.state == in ? 1 : kParts;
+    const int64_t state = (slot * HV + hv) * K * V;
+    // warp w: rows rb + [0, 16), columns cb + [0, 16) of each value step
+    const int rb = 16 * (warp % 4), cb = 16 * (warp / 4);
+    for (int c0 = 0; c0 < V; c0 += kStateCols) {
+        __syncthreads();  // A_qk and qg are in, or the previous columns are done
+        gather_tile(K, kStateCols, x.h, p.state, state, V, c0, V,
+                    [&](int d, int c, float hd) { split_parts(s.h, d, c, hd); });
+        load_rows<kRows, kStateCols>(s.v, x.v_new, (r0 * HV + hv) * V + c0, int64_t(HV) * V, L,
+                                     V - c0);
+        __syncthreads();
+        float qh[2][4] = {}, pv[2][4] = {};
+        uint32_t a[4];
+        for (int kk = 0; kk < KT; kk += 16) {
+            fragment_a(a, s.qg, rb, kk);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) mma_parts(qh[nt], a, s.h, parts, kk, cb + 8 * nt);
+        }
+        const int n0[2] = {cb, cb + 8};
+        lower_times(pv, s.P, s.v, rb, n0);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int u = 0; u < 4; u += 2) {
+                const int i = rb + acc_row(u), c = c0 + cb + 8 * nt + acc_col(u);
+                if (i >= L || c >= V) continue;
+                store_pair(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c,
+                           pv[nt][u] + qh[nt][u] * p.scale, pv[nt][u + 1] + qh[nt][u + 1] * p.scale,
+                           c + 1 < V);
+            }
+    }
+}
+
 /// f(T{}, KT) for the problem's 16-bit input type T and its keys padded to KT = 64, 128 or 256.
 template <typename F>
 void with_tiles(const DeltaChunkProblem& p, F&& f) {
@@ -774,6 +855,20 @@ void delta_chunk_prep_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, i
 void delta_chunk_state_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
                           cudaStream_t stream) {
     launch_state_tc<false>(p, StatePass{x.w, x.kn, x.u, x.v_new, x.h, x.G}, stream);
+}
+
+void kda_chunk_out_tc(const DeltaChunkProblem& p, const KdaChunkSaved& x, int64_t slots,
+                      cudaStream_t stream) {
+    with_tiles(p, [&](auto type, auto keys) {
+        using T = decltype(type);
+        constexpr int KT = decltype(keys)::value;
+        if constexpr (KT > kMaxKdaChunkKeys)
+            throw std::invalid_argument("the kda chunk output pass takes keys up to " +
+                                        std::to_string(kMaxKdaChunkKeys));
+        else
+            launch_chunk_kernel(kda_out_tc<T, KT>, dim3(unsigned(slots), unsigned(p.value_heads)),
+                                int64_t(sizeof(KdaOutTiles<T, KT>) + 3) / 4, stream, p, x);
+    });
 }
 
 void kda_chunk_state_tc(const DeltaChunkProblem& p, const KdaChunkSaved& x, cudaStream_t stream) {

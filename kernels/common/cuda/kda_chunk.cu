@@ -323,9 +323,13 @@ void kda_chunk_fwd(const DeltaChunkProblem& p, const KdaChunkSaved& x, cudaStrea
         launch_chunk_kernel(chunk_state,
                             dim3(unsigned(p.seqs.n) * HV, unsigned((p.dv + kTile - 1) / kTile)),
                             state_floats(p.dk, p.chunk), stream, p, x);
-    if (slots > 0 && p.o.data != nullptr)
-        launch_chunk_kernel(chunk_out, dim3(unsigned(slots), HV), out_floats(p.dk, p.chunk), stream,
-                            p, x);
+    if (slots > 0 && p.o.data != nullptr) {
+        if (delta_chunk_tensor_cores(p))
+            kda_chunk_out_tc(p, x, slots, stream);
+        else
+            launch_chunk_kernel(chunk_out, dim3(unsigned(slots), HV), out_floats(p.dk, p.chunk),
+                                stream, p, x);
+    }
     LAV_CUDA_CHECK(cudaGetLastError(), "kda_chunk_fwd");
 }
 

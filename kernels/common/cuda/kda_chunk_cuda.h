@@ -49,6 +49,11 @@ void kda_chunk_fwd(const DeltaChunkProblem& p, const KdaChunkSaved& saved, cudaS
 /// the first pass filled: the same values as chunk_state's but for the order of fp32 sums.
 void kda_chunk_state_tc(const DeltaChunkProblem& p, const KdaChunkSaved& x, cudaStream_t stream);
 
+/// The forward's output pass with its products on tensor cores (as kda_chunk_state_tc), over
+/// `slots` chunk slots: A_qk as chunk_out forms it, the products' fp32 sums in another order.
+void kda_chunk_out_tc(const DeltaChunkProblem& p, const KdaChunkSaved& x, int64_t slots,
+                      cudaStream_t stream);
+
 /// The same, laying the workspace out itself (kda_chunk_fwd_workspace_floats() elements).
 void kda_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream);
 
