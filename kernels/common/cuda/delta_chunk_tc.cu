@@ -298,6 +298,50 @@ __device__ __forceinline__ void split_pair_parts(T (*parts)[R][P], int r, int c,
     }
 }
 
+/// A block's [KT, kStateCols] fp32 state (the forward's S, the backward's dS) in its warps'
+/// registers: warp w holds the 16 × 8 tiles at rows 16 (w / 4) + 32 i, columns 8 (w % 4), as
+/// mma.sync accumulators hold them, so that the tile products of an update add in place.
+template <int KT>
+struct StateRegs {
+    static_assert(kDeltaChunkThreads == 256 && kStateCols == 32, "eight warps, four tiles wide");
+    static constexpr int kTiles = KT / 32;
+    float x[kTiles][4];
+
+    /// The first row (key) of tile i and the first column of the warp's tiles.
+    static __device__ __forceinline__ int row0(int i) { return 16 * (threadIdx.x / 128) + 32 * i; }
+    static __device__ __forceinline__ int col0() { return 8 * (threadIdx.x / 32 % 4); }
+
+    /// f(element pair, key, column within the block's columns) over the thread's elements, two
+    /// adjacent columns at a time.
+    template <typename F>
+    __device__ __forceinline__ void for_pairs(F&& f) {
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+            for (int u = 0; u < 4; u += 2)
+                f(x[i][u], x[i][u + 1], row0(i) + acc_row(u), col0() + acc_col(u));
+    }
+
+    /// From the [K, V] state at `state` of src in dtype d, the block's columns from `first`;
+    /// zeros past K and V, and everywhere where src is nullptr.
+    __device__ void load(const void* src, DType d, int64_t state, int K, int V, int first) {
+        for_pairs([&](float& s0, float& s1, int key, int c) {
+            const bool row = src != nullptr && key < K;
+            const int64_t at = state + int64_t(key) * V + first + c;
+            s0 = row && first + c < V ? lav::cuda::load(src, d, at) : 0.f;
+            s1 = row && first + c + 1 < V ? lav::cuda::load(src, d, at + 1) : 0.f;
+        });
+    }
+
+    /// The inverse of load, into dst.
+    __device__ void store(void* dst, DType d, int64_t state, int K, int V, int first) {
+        for_pairs([&](float s0, float s1, int key, int c) {
+            if (key < K && first + c < V)
+                store_pair(dst, d, state + int64_t(key) * V + first + c, s0, s1, first + c + 1 < V);
+        });
+    }
+};
+
 /// What the state pass reads and writes: the delta rules' values (a log decay per row; the
 /// update's keys k̂, [rows, H, K]) or kda's (a log decay per key; the keys kg = round(k̂
 /// e^{G_last − G}), [rows, HV, K], which carry the decay to the chunk's end).
@@ -316,7 +360,7 @@ struct StatePass {
 template <typename T, int KT, bool PerKey>
 __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     chunk_state_tc(DeltaChunkProblem p, StatePass x) {
-    constexpr int kTiles = KT / 32;  // the warp's state tiles
+    constexpr int kTiles = StateRegs<KT>::kTiles;
     extern __shared__ float sm[];
     auto& s = *reinterpret_cast<StateTiles<T, KT>*>(sm);
     const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
@@ -327,22 +371,8 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     const DType in = p.q.dtype;
     const int parts = p.state == in ? 1 : kParts;
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
-    const int db0 = 16 * (warp / 4), n0 = 8 * (warp % 4);
-    // f(element pair, key, column within the tile) over the thread's state, adjacent columns
-    float S[kTiles][4];
-    const auto for_pairs = [&](auto&& f) {
-#pragma unroll
-        for (int i = 0; i < kTiles; ++i)
-#pragma unroll
-            for (int u = 0; u < 4; u += 2)
-                f(S[i][u], S[i][u + 1], db0 + 32 * i + acc_row(u), n0 + acc_col(u));
-    };
-    for_pairs([&](float& s0, float& s1, int d, int c) {
-        const bool row = p.h0 != nullptr && d < K;
-        s0 = row && col0 + c < V ? load(p.h0, p.state, state + int64_t(d) * V + col0 + c) : 0.f;
-        s1 = row && col0 + c + 1 < V ? load(p.h0, p.state, state + int64_t(d) * V + col0 + c + 1)
-                                     : 0.f;
-    });
+    StateRegs<KT> S;
+    S.load(p.h0, p.state, state, K, V, col0);
     const int64_t first = first_slot(p.seqs, C, n, sp);
     // v_new's tile of warp w: rows rb + [0, 16), columns cb + [0, 16)
     const int rb = 16 * (warp % 4), cb = 16 * (warp / 4);
@@ -361,7 +391,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
             for (int i = 0; i < kTiles; ++i)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
-                    const int d = db0 + 32 * i + acc_row(2 * e);
+                    const int d = S.row0(i) + acc_row(2 * e);
                     G_key_next[i][e] = d < K ? x.G[((r0 + L - 1) * HV + hv) * K + d] : 0.f;
                 }
         } else {
@@ -402,7 +432,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
 #pragma unroll
             for (int u = 0; u < 4; ++u) u_in[nt][u] = u_next[nt][u];
         // the state as stored (FLA's h) is what v_new and the output read
-        for_pairs([&](float s0, float s1, int d, int c) {
+        S.for_pairs([&](float s0, float s1, int d, int c) {
             const float h0 = rounded(s0, p.state), h1 = rounded(s1, p.state);
             split_pair_parts(s.h, d, c, h0, h1);
             if (d >= K || col0 + c >= V) return;
@@ -449,26 +479,22 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         const float row_last = expf(G_last);
 #pragma unroll
         for (int i = 0; i < kTiles; ++i) {
-            const int db = db0 + 32 * i;
+            const int db = S.row0(i);
             if (db >= K) continue;
             float acc[4] = {};
             uint32_t a[4], bf[2];
             for (int jj = 0; jj < kRows; jj += 16) {
                 fragment_a_rows(a, s.k[b], jj, db);
-                fragment_b_rows(bf, s.vd, jj, n0);
+                fragment_b_rows(bf, s.vd, jj, S.col0());
                 Half16<T>::mma(acc, a, bf);
             }
 #pragma unroll
             for (int u = 0; u < 4; ++u)
                 if (db + acc_row(u) < K)
-                    S[i][u] = S[i][u] * (PerKey ? last[i][u / 2] : row_last) + acc[u];
+                    S.x[i][u] = S.x[i][u] * (PerKey ? last[i][u / 2] : row_last) + acc[u];
         }
     }
-    if (p.ht == nullptr) return;
-    for_pairs([&](float s0, float s1, int d, int c) {
-        if (d < K && col0 + c < V)
-            store_pair(p.ht, p.state, state + int64_t(d) * V + col0 + c, s0, s1, col0 + c + 1 < V);
-    });
+    if (p.ht != nullptr) S.store(p.ht, p.state, state, K, V, col0);
 }
 
 /// The backward's dS pass's tiles.
@@ -504,25 +530,10 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 ? 2 : 1)
     const Span sp = span(p.seqs, n);
     const int tid = threadIdx.x, warp = tid / 32;
     const int dh_parts = p.state == p.q.dtype ? 1 : kParts;
-    // [KT, kStateCols] in 16 × 8 tiles, the same number to each warp
-    constexpr int kPerWarp = KT / 32;
-    const int db0 = 16 * (warp / 4), n0 = 8 * (warp % 4);
+    constexpr int kPerWarp = StateRegs<KT>::kTiles;
     const int64_t state = (int64_t(n) * HV + hv) * K * V;
-    // f(element pair, key, column within the tile) over the thread's dS, adjacent columns
-    float dS[kPerWarp][4];
-    const auto for_pairs = [&](auto&& f) {
-#pragma unroll
-        for (int m = 0; m < kPerWarp; ++m)
-#pragma unroll
-            for (int u = 0; u < 4; u += 2)
-                f(dS[m][u], dS[m][u + 1], db0 + 32 * m + acc_row(u), n0 + acc_col(u));
-    };
-    for_pairs([&](float& s0, float& s1, int dd, int c) {
-        const bool row = d.dht != nullptr && dd < K;
-        const int64_t at = state + int64_t(dd) * V + col0 + c;
-        s0 = row && col0 + c < V ? load(d.dht, p.state, at) : 0.f;
-        s1 = row && col0 + c + 1 < V ? load(d.dht, p.state, at + 1) : 0.f;
-    });
+    StateRegs<KT> dS;
+    dS.load(d.dht, p.state, state, K, V, col0);
     const int64_t first = first_slot(p.seqs, C, n, sp);
     const auto key_tile = [&](const void* src, int64_t r0, int L, int heads, int head) {
         load_rows<kRows, KT>(s.X, src, (r0 * heads + head) * K, int64_t(heads) * K, L, K);
@@ -543,7 +554,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 ? 2 : 1)
         load_rows<kRows, kStateCols>(s.dO, d.d_o.data, at(d.d_o, sp, t0, hv) + col0, d.d_o.st, L,
                                      V - col0);
         // the stored copy of dS, which this chunk's passes read
-        for_pairs([&](float s0, float s1, int dd, int c) {
+        dS.for_pairs([&](float s0, float s1, int dd, int c) {
             const float h0 = rounded(s0, p.state), h1 = rounded(s1, p.state);
             split_pair_parts(s.dH, dd, c, h0, h1);
             if (dd < K && col0 + c < V)
@@ -598,12 +609,12 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 ? 2 : 1)
         __syncthreads();
 #pragma unroll
         for (int m = 0; m < kPerWarp; ++m) {
-            const int db = db0 + 32 * m;
+            const int db = dS.row0(m);
             if (db >= K) continue;
             uint32_t a[4];
             for (int jj = 0; jj < kRows; jj += 16) {
                 fragment_a_rows(a, s.X, jj, db);
-                mma_parts(qd[m], a, s.qdO, kParts, jj, n0);
+                mma_parts(qd[m], a, s.qdO, kParts, jj, dS.col0());
             }
         }
         __syncthreads();
@@ -612,25 +623,20 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 ? 2 : 1)
         const float last = expf(s.G[L - 1]);
 #pragma unroll
         for (int m = 0; m < kPerWarp; ++m) {
-            const int db = db0 + 32 * m;
+            const int db = dS.row0(m);
             if (db >= K) continue;
             float wd[4] = {};
             uint32_t a[4];
             for (int jj = 0; jj < kRows; jj += 16) {
                 fragment_a_rows(a, s.X, jj, db);
-                mma_parts(wd, a, s.dvn, kParts, jj, n0);
+                mma_parts(wd, a, s.dvn, kParts, jj, dS.col0());
             }
 #pragma unroll
             for (int u = 0; u < 4; ++u)
-                if (db + acc_row(u) < K) dS[m][u] = dS[m][u] * last + qd[m][u] - wd[u];
+                if (db + acc_row(u) < K) dS.x[m][u] = dS.x[m][u] * last + qd[m][u] - wd[u];
         }
     }
-    if (d.dh0 == nullptr) return;
-    for_pairs([&](float s0, float s1, int dd, int c) {
-        if (dd < K && col0 + c < V)
-            store_pair(d.dh0, p.state, state + int64_t(dd) * V + col0 + c, s0, s1,
-                       col0 + c + 1 < V);
-    });
+    if (d.dh0 != nullptr) dS.store(d.dh0, p.state, state, K, V, col0);
 }
 
 /// The output pass's tiles.
