@@ -262,7 +262,9 @@ __device__ inline void solve_unit_lower(const float* A, int ap, float* T, int tp
         t[c][1] = i1 == j ? 1.f : 0.f;
     }
     for (int m = warp; m < L - 1; ++m) {
-        const bool r0 = i0 > m && i0<L, r1 = i1> m && i1 < L;
+        // the lanes' rows below m (and within the chunk) take term m
+        const bool r0 = i0 > m && i0 < L;
+        const bool r1 = i1 > m && i1 < L;
         const float a0 = r0 ? A[i0 * ap + m] : 0.f, a1 = r1 ? A[i1 * ap + m] : 0.f;
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
