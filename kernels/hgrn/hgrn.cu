@@ -11,8 +11,12 @@
 // entering state to their local scans in parallel. The backward does the same with the reverse
 // scan of d_o, recomputing the chunk states; every step is the CPU chunk backend's
 // (hgrn_cpu.cpp) in the same order, but for each chunk's reverse-scan carry (chunk_local).
+// Where every tensor a pass reads or writes pairs its channels into aligned words, a thread of
+// the local scans and the output pass takes two channels: one load fetches both, so twice the
+// bytes are in flight per instruction, and each channel's arithmetic is unchanged (same bits).
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -97,49 +101,81 @@ ChunkScratch scratch_of(const HgrnProblem& p, float* w, bool backward) {
 // rows of a chunk whose loads a thread has in flight at once: the scans themselves are
 // serial, but their inputs are not, and one row at a time would leave the memory idle
 constexpr int kBatch = 8;
-// enough resident warps that batches of all of them keep the memory busy
-constexpr int kChunkBlocksPerSm = 8;
+// enough resident warps that batches of all of them keep the memory busy; a thread of two
+// channels holds twice the rows in registers
+template <int P>
+constexpr int kChunkBlocksPerSm = P == 1 ? 8 : 6;
 
-/// Rows i0 + [0, kBatch) of the thread's channel of x in chunk ch, widened; 0 past its end.
-/// The dtype is chosen once, so that the loads of a batch issue back to back.
 template <typename E>
-__device__ __forceinline__ void load_batch_as(float (&out)[kBatch], const Strided& x,
+__device__ __forceinline__ float widened(E e) {
+    if constexpr (std::is_same_v<E, float>)
+        return e;
+    else if constexpr (std::is_same_v<E, __half>)
+        return __half2float(e);
+    else
+        return __bfloat162float(e);
+}
+
+/// The P adjacent channels at `from`, widened: one load (P = 2 only where they are aligned).
+template <typename E, int P>
+__device__ __forceinline__ void load_channels(float (&out)[P], const E* from) {
+    if constexpr (P == 1) {
+        out[0] = widened(*from);
+    } else {
+        struct alignas(2 * sizeof(E)) Two {
+            E a, b;
+        };
+        const Two two = *reinterpret_cast<const Two*>(from);
+        out[0] = widened(two.a);
+        out[1] = widened(two.b);
+    }
+}
+
+/// Rows i0 + [0, kBatch) of the thread's P channels of x in chunk ch, widened; 0 past its
+/// end. The dtype is chosen once, so that the loads of a batch issue back to back.
+template <typename E, int P>
+__device__ __forceinline__ void load_batch_as(float (&out)[kBatch][P], const Strided& x,
                                               const Chunk& ch, int h, int key, int i0) {
     const E* row = static_cast<const E*>(x.data) + at(x, ch.s, ch.c0 + i0, h) + key;
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-        float v = 0.f;
         if (i0 + u < ch.len) {
-            const E e = row[u * x.st];
-            if constexpr (std::is_same_v<E, float>)
-                v = e;
-            else if constexpr (std::is_same_v<E, __half>)
-                v = __half2float(e);
-            else
-                v = __bfloat162float(e);
+            load_channels<E, P>(out[u], row + u * x.st);
+        } else {
+#pragma unroll
+            for (int j = 0; j < P; ++j) out[u][j] = 0.f;
         }
-        out[u] = v;
     }
 }
 
-__device__ __forceinline__ void load_batch(float (&out)[kBatch], const Strided& x, const Chunk& ch,
-                                           int h, int key, int i0) {
+template <int P>
+__device__ __forceinline__ void load_batch(float (&out)[kBatch][P], const Strided& x,
+                                           const Chunk& ch, int h, int key, int i0) {
     if (x.dtype == DType::f32)
-        load_batch_as<float>(out, x, ch, h, key, i0);
+        load_batch_as<float, P>(out, x, ch, h, key, i0);
     else if (x.dtype == DType::f16)
-        load_batch_as<__half>(out, x, ch, h, key, i0);
+        load_batch_as<__half, P>(out, x, ch, h, key, i0);
     else
-        load_batch_as<__nv_bfloat16>(out, x, ch, h, key, i0);
+        load_batch_as<__nv_bfloat16, P>(out, x, ch, h, key, i0);
 }
 
-/// Calls f(i, g_i, x_i) for the chunk's rows i = 0, 1, ... in order.
-template <typename F>
+/// Stores the P channels of a row, rounded to d.
+template <int P>
+__device__ __forceinline__ void store_channels(void* to, DType d, int64_t i, const float (&x)[P]) {
+    if constexpr (P == 1)
+        store(to, d, i, x[0]);
+    else
+        store_pair(to, d, i, x[0], x[1], true);
+}
+
+/// Calls f(i, g_i, x_i) for the chunk's rows i = 0, 1, ... in order (g_i, x_i: P channels).
+template <int P, typename F>
 __device__ __forceinline__ void for_rows(const Strided& g, const Strided& x, const Chunk& ch, int h,
                                          int key, F&& f) {
     for (int i0 = 0; i0 < ch.len; i0 += kBatch) {
-        float gs[kBatch], xs[kBatch];
-        load_batch(gs, g, ch, h, key, i0);
-        load_batch(xs, x, ch, h, key, i0);
+        float gs[kBatch][P], xs[kBatch][P];
+        load_batch<P>(gs, g, ch, h, key, i0);
+        load_batch<P>(xs, x, ch, h, key, i0);
 #pragma unroll
         for (int u = 0; u < kBatch; ++u)
             if (i0 + u < ch.len) f(i0 + u, gs[u], xs[u]);
@@ -147,14 +183,14 @@ __device__ __forceinline__ void for_rows(const Strided& g, const Strided& x, con
 }
 
 /// Calls f(i, g_i, x_i, d_i) for the chunk's rows i = 0, 1, ... in order.
-template <typename F>
+template <int P, typename F>
 __device__ __forceinline__ void for_rows(const Strided& g, const Strided& x, const Strided& d,
                                          const Chunk& ch, int h, int key, F&& f) {
     for (int i0 = 0; i0 < ch.len; i0 += kBatch) {
-        float gs[kBatch], xs[kBatch], ds[kBatch];
-        load_batch(gs, g, ch, h, key, i0);
-        load_batch(xs, x, ch, h, key, i0);
-        load_batch(ds, d, ch, h, key, i0);
+        float gs[kBatch][P], xs[kBatch][P], ds[kBatch][P];
+        load_batch<P>(gs, g, ch, h, key, i0);
+        load_batch<P>(xs, x, ch, h, key, i0);
+        load_batch<P>(ds, d, ch, h, key, i0);
 #pragma unroll
         for (int u = 0; u < kBatch; ++u)
             if (i0 + u < ch.len) f(i0 + u, gs[u], xs[u], ds[u]);
@@ -162,24 +198,26 @@ __device__ __forceinline__ void for_rows(const Strided& g, const Strided& x, con
 }
 
 /// Calls f(i, g_i, x_i) for the chunk's rows i = len − 1, len − 2, ... in order.
-template <typename F>
+template <int P, typename F>
 __device__ __forceinline__ void for_rows_reversed(const Strided& g, const Strided& x,
                                                   const Chunk& ch, int h, int key, F&& f) {
     for (int i0 = (ch.len - 1) / kBatch * kBatch; i0 >= 0; i0 -= kBatch) {
-        float gs[kBatch], xs[kBatch];
-        load_batch(gs, g, ch, h, key, i0);
-        load_batch(xs, x, ch, h, key, i0);
+        float gs[kBatch][P], xs[kBatch][P];
+        load_batch<P>(gs, g, ch, h, key, i0);
+        load_batch<P>(xs, x, ch, h, key, i0);
 #pragma unroll
         for (int u = kBatch - 1; u >= 0; --u)
             if (i0 + u < ch.len) f(i0 + u, gs[u], xs[u]);
     }
 }
 
-/// The channel of a per-chunk thread: chunk blockIdx.x, head blockIdx.y; false when idle.
+/// The first of the P channels of a per-chunk thread: chunk blockIdx.x, head blockIdx.y;
+/// false when idle.
+template <int P>
 __device__ __forceinline__ bool chunk_channel_of(const HgrnProblem& p, Chunk& ch, int& h, int& key,
                                                  int64_t& at_slot) {
     h = blockIdx.y;
-    key = blockIdx.z * kThreads + threadIdx.x;
+    key = (blockIdx.z * kThreads + threadIdx.x) * P;
     if (key >= p.width) return false;
     ch = chunk_at(p.seqs, p.chunk, blockIdx.x);
     at_slot = (int64_t(blockIdx.x) * p.heads + h) * p.width + key;
@@ -191,29 +229,41 @@ __device__ __forceinline__ bool chunk_channel_of(const HgrnProblem& p, Chunk& ch
 /// exp(g_0) z_0 with z_i = d_o_i + exp(g_{i+1}) z_{i+1} from a zero gradient at its end.
 /// Unrolled, that carry is Σ_i exp(G_i) d_o_i, which the same forward pass sums: the CPU
 /// backend forms it by the reverse scan, so the two differ by fp32 rounding only.
-__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm)
+template <int P>
+__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm<P>)
     chunk_local(HgrnProblem p, Strided d_o, ChunkScratch w) {
     Chunk ch;
     int h, key;
     int64_t slot;
-    if (!chunk_channel_of(p, ch, h, key, slot)) return;
-    float y = 0.f, G = 0.f;
-    const auto scan = [&](float g, float x) {
-        G += g;
-        y = expf(g) * y + x;
+    if (!chunk_channel_of<P>(p, ch, h, key, slot)) return;
+    float y[P] = {}, G[P] = {};
+    const auto scan = [&](int j, float g, float x) {
+        G[j] += g;
+        y[j] = expf(g) * y[j] + x;
     };
     if (w.z_first == nullptr) {
-        for_rows(p.g, p.x, ch, h, key, [&](int, float g, float x) { scan(g, x); });
-    } else {
-        float carry = 0.f;
-        for_rows(p.g, p.x, d_o, ch, h, key, [&](int, float g, float x, float d) {
-            scan(g, x);
-            carry += expf(G) * d;
+        for_rows<P>(p.g, p.x, ch, h, key, [&](int, const float(&g)[P], const float(&x)[P]) {
+#pragma unroll
+            for (int j = 0; j < P; ++j) scan(j, g[j], x[j]);
         });
-        w.z_first[slot] = carry;
+    } else {
+        float carry[P] = {};
+        for_rows<P>(p.g, p.x, d_o, ch, h, key,
+                    [&](int, const float(&g)[P], const float(&x)[P], const float(&d)[P]) {
+#pragma unroll
+                        for (int j = 0; j < P; ++j) {
+                            scan(j, g[j], x[j]);
+                            carry[j] += expf(G[j]) * d[j];
+                        }
+                    });
+#pragma unroll
+        for (int j = 0; j < P; ++j) w.z_first[slot + j] = carry[j];
     }
-    w.y_last[slot] = y;
-    w.g_last[slot] = G;
+#pragma unroll
+    for (int j = 0; j < P; ++j) {
+        w.y_last[slot + j] = y[j];
+        w.g_last[slot + j] = G[j];
+    }
 }
 
 /// Per sequence and channel: the state entering each chunk, S ← y_last + exp(Λ) S from h0,
@@ -257,54 +307,81 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /// o_i = y_i + exp(G_i) h: the local scan plus the decayed state entering the chunk.
-__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm)
+template <int P>
+__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm<P>)
     chunk_out(HgrnProblem p, ChunkScratch w) {
     Chunk ch;
     int h, key;
     int64_t slot;
-    if (!chunk_channel_of(p, ch, h, key, slot)) return;
-    const float hc = w.h[slot];
-    float y = 0.f, G = 0.f;
-    for_rows(p.g, p.x, ch, h, key, [&](int i, float g, float x) {
-        G += g;
-        y = expf(g) * y + x;
-        store(p.o.data, p.o.dtype, at(p.o, ch.s, ch.c0 + i, h) + key, y + expf(G) * hc);
+    if (!chunk_channel_of<P>(p, ch, h, key, slot)) return;
+    float hc[P], y[P] = {}, G[P] = {};
+#pragma unroll
+    for (int j = 0; j < P; ++j) hc[j] = w.h[slot + j];
+    for_rows<P>(p.g, p.x, ch, h, key, [&](int i, const float(&g)[P], const float(&x)[P]) {
+        float o[P];
+#pragma unroll
+        for (int j = 0; j < P; ++j) {
+            G[j] += g[j];
+            y[j] = expf(g[j]) * y[j] + x[j];
+            o[j] = y[j] + expf(G[j]) * hc[j];
+        }
+        store_channels<P>(p.o.data, p.o.dtype, at(p.o, ch.s, ch.c0 + i, h) + key, o);
     });
 }
 
 /// dx_i = dh_i = z_i + exp(Λ − G_i) dh and dg_i = exp(g_i) h_{i-1} dh_i, with h_{i-1} the
-/// stored entering state h or the recomputed output of row i − 1.
-__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm)
+/// stored entering state h or the recomputed output of row i − 1. One channel a thread: the
+/// shared z of two would halve the blocks a multiprocessor holds, and measured slower.
+__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm<1>)
     chunk_grads(HgrnProblem p, HgrnGrads d, ChunkScratch w) {
     Chunk ch;
     int h, key;
     int64_t slot;
-    if (!chunk_channel_of(p, ch, h, key, slot)) return;
+    if (!chunk_channel_of<1>(p, ch, h, key, slot)) return;
     // the reverse scan z of the chunk, a column per thread: in registers it would not fit, and
     // as a local array it would crowd the loads out of the L1 cache
     __shared__ float z[kMaxHgrnChunk][kThreads];
     float carry = 0.f;
-    for_rows_reversed(p.g, d.d_o, ch, h, key, [&](int i, float g, float d_o) {
-        z[i][threadIdx.x] = d_o + carry;
-        carry = expf(g) * z[i][threadIdx.x];
-    });
+    for_rows_reversed<1>(p.g, d.d_o, ch, h, key,
+                         [&](int i, const float(&g)[1], const float(&d_o)[1]) {
+                             z[i][threadIdx.x] = d_o[0] + carry;
+                             carry = expf(g[0]) * z[i][threadIdx.x];
+                         });
     const float hc = w.h[slot], dhc = w.dh[slot], last = w.g_last[slot];
     float y = 0.f, G = 0.f, G_prev = 0.f;
-    for_rows(p.g, p.x, ch, h, key, [&](int i, float g, float x) {
-        G += g;
+    for_rows<1>(p.g, p.x, ch, h, key, [&](int i, const float(&g)[1], const float(&x)[1]) {
+        G += g[0];
         const float h_prev = i == 0 ? hc : y + expf(G_prev) * hc;
         const float dh = z[i][threadIdx.x] + expf(last - G) * dhc;
-        const float a = expf(g);
+        const float a = expf(g[0]);
         store(d.dx.data, d.dx.dtype, at(d.dx, ch.s, ch.c0 + i, h) + key, dh);
         store(d.dg.data, d.dg.dtype, at(d.dg, ch.s, ch.c0 + i, h) + key, a * h_prev * dh);
-        y = a * y + x;
+        y = a * y + x[0];
         G_prev = G;
     });
 }
 
+template <int P>
 dim3 chunk_grid(const HgrnProblem& p) {
     return dim3(unsigned(chunk_slots(p.seqs, p.chunk)), unsigned(p.heads),
-                unsigned((p.width + kThreads - 1) / kThreads));
+                unsigned((p.width + kThreads * P - 1) / (kThreads * P)));
+}
+
+/// Whether tensor x's channels pair up into aligned two-element words.
+bool pairs_fit(const Strided& x) {
+    const size_t bytes = x.dtype == DType::f32 ? 4 : 2;
+    return x.sb % 2 == 0 && x.st % 2 == 0 && x.sh % 2 == 0 &&
+           reinterpret_cast<uintptr_t>(x.data) % (2 * bytes) == 0;
+}
+
+/// Channels per thread: two where every tensor the pass touches takes them as one word.
+int channels_per_thread(const HgrnProblem& p, std::initializer_list<Strided> also) {
+    if (p.width % 2 != 0) return 1;
+    for (const Strided& x : {p.x, p.g})
+        if (!pairs_fit(x)) return 1;
+    for (const Strided& x : also)
+        if (!pairs_fit(x)) return 1;
+    return 2;
 }
 
 void check_chunk(const HgrnProblem& p) {
@@ -317,6 +394,15 @@ dim3 grid_of(const HgrnProblem& p) {
     return dim3(unsigned(p.seqs.n * p.heads), unsigned((p.width + kThreads - 1) / kThreads));
 }
 
+/// The local scans, two channels a thread where the tensors pair up.
+void launch_local(const HgrnProblem& p, Strided d_o, ChunkScratch w, bool pairs,
+                  cudaStream_t stream) {
+    if (pairs)
+        chunk_local<2><<<chunk_grid<2>(p), kThreads, 0, stream>>>(p, d_o, w);
+    else
+        chunk_local<1><<<chunk_grid<1>(p), kThreads, 0, stream>>>(p, d_o, w);
+}
+
 }  // namespace
 
 int64_t hgrn_chunk_workspace_floats(const HgrnProblem& p, bool backward) {
@@ -327,10 +413,13 @@ void hgrn_chunk_fwd(const HgrnProblem& p, float* workspace, cudaStream_t stream)
     check_chunk(p);
     if (p.seqs.n * p.heads * p.width == 0) return;
     const ChunkScratch w = scratch_of(p, workspace, false);
-    if (chunk_slots(p.seqs, p.chunk) > 0)
-        chunk_local<<<chunk_grid(p), kThreads, 0, stream>>>(p, Strided{}, w);
+    const bool chunks = chunk_slots(p.seqs, p.chunk) > 0;
+    if (chunks) launch_local(p, Strided{}, w, channels_per_thread(p, {}) == 2, stream);
     chunk_pass<<<grid_of(p), kThreads, 0, stream>>>(p, w, nullptr, nullptr);
-    if (chunk_slots(p.seqs, p.chunk) > 0) chunk_out<<<chunk_grid(p), kThreads, 0, stream>>>(p, w);
+    if (chunks && channels_per_thread(p, {p.o}) == 2)
+        chunk_out<2><<<chunk_grid<2>(p), kThreads, 0, stream>>>(p, w);
+    else if (chunks)
+        chunk_out<1><<<chunk_grid<1>(p), kThreads, 0, stream>>>(p, w);
     LAV_CUDA_CHECK(cudaGetLastError(), "hgrn_chunk_fwd");
 }
 
@@ -340,11 +429,10 @@ void hgrn_chunk_bwd(const HgrnProblem& p, const HgrnGrads& d, cudaStream_t strea
     HgrnProblem q = p;
     q.ht = nullptr;
     const ChunkScratch w = scratch_of(p, d.workspace, true);
-    if (chunk_slots(p.seqs, p.chunk) > 0)
-        chunk_local<<<chunk_grid(p), kThreads, 0, stream>>>(q, d.d_o, w);
+    const bool chunks = chunk_slots(p.seqs, p.chunk) > 0;
+    if (chunks) launch_local(q, d.d_o, w, channels_per_thread(p, {d.d_o}) == 2, stream);
     chunk_pass<<<grid_of(p), kThreads, 0, stream>>>(q, w, d.dht, d.dh0);
-    if (chunk_slots(p.seqs, p.chunk) > 0)
-        chunk_grads<<<chunk_grid(p), kThreads, 0, stream>>>(q, d, w);
+    if (chunks) chunk_grads<<<chunk_grid<1>(p), kThreads, 0, stream>>>(q, d, w);
     LAV_CUDA_CHECK(cudaGetLastError(), "hgrn_chunk_bwd");
 }
 
