@@ -101,10 +101,9 @@ ChunkScratch scratch_of(const HgrnProblem& p, float* w, bool backward) {
 // rows of a chunk whose loads a thread has in flight at once: the scans themselves are
 // serial, but their inputs are not, and one row at a time would leave the memory idle
 constexpr int kBatch = 8;
-// enough resident warps that batches of all of them keep the memory busy; a thread of two
-// channels holds twice the rows in registers
-template <int P>
-constexpr int kChunkBlocksPerSm = P == 1 ? 8 : 6;
+// enough resident warps that batches of all of them keep the memory busy: 64 registers a thread
+// hold a batch of up to four row values a row (two tensors of two channels), 80 one of six
+constexpr int blocks_per_sm(int values_a_row) { return values_a_row <= 4 ? 8 : 6; }
 
 template <typename E>
 __device__ __forceinline__ float widened(E e) {
@@ -229,8 +228,8 @@ __device__ __forceinline__ bool chunk_channel_of(const HgrnProblem& p, Chunk& ch
 /// exp(g_0) z_0 with z_i = d_o_i + exp(g_{i+1}) z_{i+1} from a zero gradient at its end.
 /// Unrolled, that carry is Σ_i exp(G_i) d_o_i, which the same forward pass sums: the CPU
 /// backend forms it by the reverse scan, so the two differ by fp32 rounding only.
-template <int P>
-__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm<P>)
+template <int P, bool Backward>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(P*(Backward ? 3 : 2)))
     chunk_local(HgrnProblem p, Strided d_o, ChunkScratch w) {
     Chunk ch;
     int h, key;
@@ -241,7 +240,7 @@ __global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm<P>)
         G[j] += g;
         y[j] = expf(g) * y[j] + x;
     };
-    if (w.z_first == nullptr) {
+    if constexpr (!Backward) {
         for_rows<P>(p.g, p.x, ch, h, key, [&](int, const float(&g)[P], const float(&x)[P]) {
 #pragma unroll
             for (int j = 0; j < P; ++j) scan(j, g[j], x[j]);
@@ -308,7 +307,7 @@ __global__ void __launch_bounds__(kThreads)
 
 /// o_i = y_i + exp(G_i) h: the local scan plus the decayed state entering the chunk.
 template <int P>
-__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm<P>)
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(2 * P))
     chunk_out(HgrnProblem p, ChunkScratch w) {
     Chunk ch;
     int h, key;
@@ -332,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm<P>)
 /// dx_i = dh_i = z_i + exp(Λ − G_i) dh and dg_i = exp(g_i) h_{i-1} dh_i, with h_{i-1} the
 /// stored entering state h or the recomputed output of row i − 1. One channel a thread: the
 /// shared z of two would halve the blocks a multiprocessor holds, and measured slower.
-__global__ void __launch_bounds__(kThreads, kChunkBlocksPerSm<1>)
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(2))
     chunk_grads(HgrnProblem p, HgrnGrads d, ChunkScratch w) {
     Chunk ch;
     int h, key;
@@ -397,10 +396,15 @@ dim3 grid_of(const HgrnProblem& p) {
 /// The local scans, two channels a thread where the tensors pair up.
 void launch_local(const HgrnProblem& p, Strided d_o, ChunkScratch w, bool pairs,
                   cudaStream_t stream) {
-    if (pairs)
-        chunk_local<2><<<chunk_grid<2>(p), kThreads, 0, stream>>>(p, d_o, w);
+    const bool backward = w.z_first != nullptr;
+    if (pairs && backward)
+        chunk_local<2, true><<<chunk_grid<2>(p), kThreads, 0, stream>>>(p, d_o, w);
+    else if (pairs)
+        chunk_local<2, false><<<chunk_grid<2>(p), kThreads, 0, stream>>>(p, d_o, w);
+    else if (backward)
+        chunk_local<1, true><<<chunk_grid<1>(p), kThreads, 0, stream>>>(p, d_o, w);
     else
-        chunk_local<1><<<chunk_grid<1>(p), kThreads, 0, stream>>>(p, d_o, w);
+        chunk_local<1, false><<<chunk_grid<1>(p), kThreads, 0, stream>>>(p, d_o, w);
 }
 
 }  // namespace
