@@ -378,7 +378,10 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     const int rb = 16 * (warp % 4), cb = 16 * (warp / 4);
     // a chunk's w and k̂ to tile buffer b, and its u and gate cumsums for the thread's v_new
     // elements to registers: the next chunk's are fetched while this one is computed
-    float u_next[2][4], G_next[2], G_last_next = 0.f;
+    // u as loaded (raw bits, widened when the chunk starts): widening at the fetch would wait
+    // there for the loads, before this chunk's products
+    uint32_t u_next[2][4];
+    float G_next[2], G_last_next = 0.f;
     // a decay per key: G_last of the thread's state rows
     [[maybe_unused]] float G_key_next[kTiles][2];
     const auto fetch = [&](int64_t ch, int b) {
@@ -409,7 +412,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
                 const int i = rb + acc_row(u), c = col0 + cb + 8 * nt + acc_col(u);
-                u_next[nt][u] = i < L && c < V ? load(x.u, in, ((r0 + i) * HV + hv) * V + c) : 0.f;
+                u_next[nt][u] = i < L && c < V ? raw(x.u, in, ((r0 + i) * HV + hv) * V + c) : 0u;
             }
     };
     if (sp.len > 0) fetch(0, 0);
@@ -430,7 +433,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-            for (int u = 0; u < 4; ++u) u_in[nt][u] = u_next[nt][u];
+            for (int u = 0; u < 4; ++u) u_in[nt][u] = widen(u_next[nt][u], in);
         // the state as stored (FLA's h) is what v_new and the output read
         S.for_pairs([&](float s0, float s1, int d, int c) {
             const float h0 = rounded(s0, p.state), h1 = rounded(s1, p.state);
