@@ -105,26 +105,13 @@ constexpr int kBatch = 8;
 // hold a batch of up to four row values a row (two tensors of two channels), 80 one of six
 constexpr int blocks_per_sm(int values_a_row) { return values_a_row <= 4 ? 8 : 6; }
 
-template <typename E>
-__device__ __forceinline__ float widened(E e) {
-    if constexpr (std::is_same_v<E, float>)
-        return e;
-    else if constexpr (std::is_same_v<E, __half>)
-        return __half2float(e);
-    else
-        return __bfloat162float(e);
-}
-
 /// The P adjacent channels at `from`, widened: one load (P = 2 only where they are aligned).
 template <typename E, int P>
 __device__ __forceinline__ void load_channels(float (&out)[P], const E* from) {
     if constexpr (P == 1) {
         out[0] = widened(*from);
     } else {
-        struct alignas(2 * sizeof(E)) Two {
-            E a, b;
-        };
-        const Two two = *reinterpret_cast<const Two*>(from);
+        const ElementPair<E> two = *reinterpret_cast<const ElementPair<E>*>(from);
         out[0] = widened(two.a);
         out[1] = widened(two.b);
     }

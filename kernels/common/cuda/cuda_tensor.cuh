@@ -75,15 +75,29 @@ __device__ __forceinline__ E narrow(float x) {
         return x;
 }
 
+/// x widened from E, exactly.
+template <typename E>
+__device__ __forceinline__ float widened(E x) {
+    if constexpr (std::is_same_v<E, __half>)
+        return __half2float(x);
+    else if constexpr (std::is_same_v<E, __nv_bfloat16>)
+        return __bfloat162float(x);
+    else
+        return x;
+}
+
+/// Two adjacent elements of E, loaded or stored as one aligned word.
+template <typename E>
+struct alignas(2 * sizeof(E)) ElementPair {
+    E a, b;
+};
+
 template <typename E>
 __device__ __forceinline__ void store_pair_as(void* p, int64_t i, float x0, float x1, bool both) {
     // two adjacent elements, stored at once when they are aligned as one
-    struct alignas(2 * sizeof(E)) Two {
-        E a, b;
-    };
     E* y = static_cast<E*>(p) + i;
-    if (both && reinterpret_cast<uintptr_t>(y) % sizeof(Two) == 0) {
-        *reinterpret_cast<Two*>(y) = Two{narrow<E>(x0), narrow<E>(x1)};
+    if (both && reinterpret_cast<uintptr_t>(y) % sizeof(ElementPair<E>) == 0) {
+        *reinterpret_cast<ElementPair<E>*>(y) = ElementPair<E>{narrow<E>(x0), narrow<E>(x1)};
         return;
     }
     y[0] = narrow<E>(x0);
