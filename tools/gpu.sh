@@ -49,11 +49,12 @@ if [ "$sanitize" = 1 ]; then
     small='*bf16_state_fp32*-*K256_V256*:*delta_rule_chunk*_H1_*'
     sanitize_one() {  # tool, test binary, filter, log; prints the verdict line
         local pids=() code=0 i n shards="${LAV_SANITIZE_SHARDS:-$(nproc)}"
-        # no more shards than tests: a shard without a test exits before any CUDA call, which
-        # compute-sanitizer reports as a failure
+        # eight tests a shard at least: a shard whose tests make no CUDA call exits before the
+        # first one, which compute-sanitizer reports as a failure (test_cuda_chunk's four tests
+        # in four shards: RowGateForward.RefusesWhatItDoesNotCompute refuses before any launch)
         n=$("$2" --gtest_list_tests --gtest_filter="$3" | grep -c '^  ')
         [ "$n" = 0 ] && { echo "compute-sanitizer $1 $(basename "$2") ($3): no test matches"; return; }
-        [ "$n" -lt "$shards" ] && shards=$n
+        [ $(((n + 7) / 8)) -lt "$shards" ] && shards=$(((n + 7) / 8))
         # one CPU thread a shard: the shards fill the cores already, and the CPU rows' thread
         # pools fighting over them made each delta chunk case take ~80 s under memcheck, not ~11 s
         for ((i = 0; i < shards; i++)); do
