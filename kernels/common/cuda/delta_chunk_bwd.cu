@@ -1,6 +1,7 @@
 // kernels/common/cuda/delta_chunk_bwd.cu — the delta rule's chunk (WY / UT) backward on CUDA for
 // delta_rule and gated_delta_rule, in fp32 FMA arithmetic; where the forward runs on tensor cores
-// and d_o is in the input dtype, pass 2b does too (delta_chunk_tc.cu).
+// and d_o is in the input dtype, passes 2b and 3 do too (delta_chunk_tc.cu,
+// delta_values_bwd_tc.cu).
 //
 // The CPU chunk backward (common/cpu/delta_chunk.h chunk_bwd) in five passes, each value
 // rounded where that contract rounds it:
@@ -603,20 +604,24 @@ void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream
     if (slots > 0)
         launch_chunk_kernel(scores_bwd, dim3(unsigned(slots), unsigned(HV)), C * K + C * KP + C,
                             stream, p, d, x);
-    if (delta_chunk_tensor_cores(p) && d.d_o.dtype == p.q.dtype)
+    const bool tensor_cores = delta_chunk_tensor_cores(p) && d.d_o.dtype == p.q.dtype;
+    if (tensor_cores)
         delta_chunk_state_bwd_tc(p, d, x.f, x.dov, x.dH, x.dvn, stream);
     else
         launch_chunk_kernel(
             state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
             C * KP + C * C + 2 * C * kTile + 2 * K * kTile + 2 * C, stream, p, d, x);
-    if (slots > 0) {
+    if (slots > 0 && tensor_cores)
+        delta_chunk_values_bwd_tc(
+            p, d, x.f, {x.dH, x.dvn, x.dw, x.dq, x.dk, x.dov, x.dT, x.dbv, x.hdH}, slots, stream);
+    else if (slots > 0)
         launch_chunk_kernel(values_bwd, dim3(unsigned(slots), unsigned(HV)),
                             whole_float4s(C * C) + 2 * C * C + 2 * KH * kColRow + 4 * C * kColRow +
                                 3 * C * KH + 3 * C + kWarps,
                             stream, p, d, x);
+    if (slots > 0)
         launch_chunk_kernel(keys_bwd, dim3(unsigned(slots), unsigned(HV)),
                             C * KP + C * K + 2 * C * C + 2 * C * (C + 1) + 5 * C, stream, p, d, x);
-    }
     finish_chunk_keys(p, d, x.dq, x.dk, x.f.qn, x.f.kn, stream);
     LAV_CUDA_CHECK(cudaGetLastError(), "delta_chunk_bwd");
 }

@@ -78,6 +78,25 @@ void delta_chunk_state_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
                               const DeltaChunkSaved& f, const float* P, void* dH, float* dvn,
                               cudaStream_t stream);
 
+/// The backward's regions that its sums over value columns read and write (delta_chunk_bwd.cu's
+/// pass 3): rows as row() numbers them, chunks by chunk_slots().
+struct DeltaValueSums {
+    const void* dH = nullptr;    ///< [slots, HV, K, V] dS as stored entering each reverse step
+    const float* dvn = nullptr;  ///< [rows, HV, V] dv_new
+    float *dw = nullptr, *dq = nullptr,
+          *dk = nullptr;                  ///< [rows, HV, K] −dv_new hᵀ, dO hᵀ, v_new dHᵀ
+    float *dov = nullptr, *dT = nullptr;  ///< [slots, HV, C, C] scale (dO v_newᵀ ⊙ D), dv_new vbᵀ
+    float* dbv = nullptr;                 ///< [rows, HV] Σ dvb ⊙ v
+    float* hdH = nullptr;                 ///< [slots, HV] ⟨h, dH⟩
+};
+
+/// The backward's sums over value columns on tensor cores, where its dS pass takes them too
+/// (delta_chunk_tensor_cores, d_o in the input dtype): over `slots` chunk slots, from the
+/// forward's values f; dv stored.
+void delta_chunk_values_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
+                               const DeltaChunkSaved& f, const DeltaValueSums& x, int64_t slots,
+                               cudaStream_t stream);
+
 /// Scratch of the chunk backward in fp32 elements.
 int64_t delta_chunk_workspace_floats(const DeltaChunkProblem& p);
 

@@ -20,93 +20,15 @@
 #include <type_traits>
 
 #include "common/cuda/cuda_check.h"
-#include "common/cuda/delta_chunk.cuh"
+#include "common/cuda/delta_chunk_tc.cuh"
 #include "common/cuda/kda_chunk_cuda.h"
-#include "common/cuda/tensor_core.cuh"
 
 namespace lav::cuda {
 namespace {
 
-constexpr int kRows = 64;       // rows of a chunk tile: chunks of up to 64 steps
 constexpr int kCols = 64;       // value columns per step of the output pass
 constexpr int kStateCols = 32;  // value columns per block of the state pass
 static_assert(kDeltaChunkThreads == kTensorCoreThreads, "eight warps: four row blocks, two halves");
-
-/// Row and column, within its 16 × 8 tile, of element u of a thread's mma.sync accumulator.
-__device__ __forceinline__ int acc_row(int u) { return threadIdx.x % 32 / 4 + u / 2 * 8; }
-__device__ __forceinline__ int acc_col(int u) { return 2 * (threadIdx.x % 4) + u % 2; }
-
-/// R × W elements of 16-bit src into dst (row r from at + r · pitch, its first `cols` columns),
-/// zeros past `rows` rows and `cols` columns. 16 bytes a load where src's rows are aligned to
-/// them, and a thread's loads issued four at a time before it stores the first: the passes
-/// through the chunks in order wait out a tile's load latency once or twice, not per element.
-template <int R, int W, typename T, int P>
-__device__ void load_rows(T (*dst)[P], const void* src, int64_t at, int64_t pitch, int rows,
-                          int cols) {
-    static_assert(W % 8 == 0 && P % 8 == 0, "rows of whole 16-byte vectors");
-    constexpr int kVecs = R * W / 8, kBatch = 4;
-    const auto* s = static_cast<const unsigned short*>(src) + at;
-    const bool aligned = reinterpret_cast<uintptr_t>(s) % 16 == 0 && pitch % 8 == 0;
-    for (int e0 = threadIdx.x; e0 < kVecs; e0 += kBatch * kDeltaChunkThreads) {
-        uint4 v[kBatch];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int e = e0 + b * kDeltaChunkThreads, r = e / (W / 8), c = e % (W / 8) * 8;
-            v[b] = make_uint4(0u, 0u, 0u, 0u);
-            if (e >= kVecs || r >= rows) continue;
-            const unsigned short* x = s + r * pitch + c;
-            if (aligned && c + 8 <= cols) {
-                v[b] = *reinterpret_cast<const uint4*>(x);
-                continue;
-            }
-            uint32_t w[8] = {};
-#pragma unroll
-            for (int q = 0; q < 8; ++q) w[q] = c + q < cols ? x[q] : 0u;
-            v[b] = make_uint4(w[0] | w[1] << 16, w[2] | w[3] << 16, w[4] | w[5] << 16,
-                              w[6] | w[7] << 16);
-        }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int e = e0 + b * kDeltaChunkThreads;
-            if (e < kVecs) *reinterpret_cast<uint4*>(&dst[e / (W / 8)][e % (W / 8) * 8]) = v[b];
-        }
-    }
-}
-
-/// Parts in T of an fp32 operand x that add up to it to fp32's precision (each part rounds what
-/// the ones before left out), so that products with x are exact as the FMA passes' are; parts
-/// past the first are zero where T holds x. In fp16 an operand beyond its range would overflow:
-/// hence bf16 inputs, or fp16 with an fp16 state (delta_chunk_tensor_cores).
-constexpr int kParts = 3;
-
-template <typename T, int R, int P>
-__device__ __forceinline__ void split_parts(T (*parts)[R][P], int r, int c, float x) {
-#pragma unroll
-    for (int q = 0; q < kParts; ++q) {
-        const T y = Half16<T>::from(x);
-        parts[q][r][c] = y;
-        x -= Half16<T>::to(y);
-    }
-}
-
-/// acc += a·(the first `parts` parts of x) for the B fragment (contraction k0, columns n0) of x
-/// stored [contraction][column].
-template <typename T, int R, int P>
-__device__ __forceinline__ void mma_parts(float (&acc)[4], const uint32_t (&a)[4],
-                                          const T (*x)[R][P], int parts, int k0, int n0) {
-    uint32_t b[2];
-    for (int q = 0; q < parts; ++q) {
-        fragment_b_rows(b, x[q], k0, n0);
-        Half16<T>::mma(acc, a, b);
-    }
-}
-
-/// Zeros rows [from, R) of a tile.
-template <typename T, int R, int P>
-__device__ void zero_rows(T (*x)[P], int from) {
-    for (int e = threadIdx.x; e < (R - from) * P; e += kDeltaChunkThreads)
-        x[from + e / P][e % P] = Half16<T>::from(0.f);
-}
 
 /// The first pass's tiles.
 template <typename T, int KT>
@@ -262,41 +184,6 @@ struct StateTiles {
     alignas(16) T h[kParts][KT][kStateCols + 8];  // h = round(S) in parts
     alignas(16) T vd[kRows][kStateCols + 8];      // round(v_new e^{G_last − G})
 };
-
-/// load_rows's tile, copied without a trip through registers where src's rows are aligned to
-/// 16 bytes (complete after copies_wait()), element by element otherwise.
-template <int R, int W, typename T, int P>
-__device__ void copy_rows(T (*dst)[P], const void* src, int64_t at, int64_t pitch, int rows,
-                          int cols) {
-    static_assert(W % 8 == 0 && P % 8 == 0, "rows of whole 16-byte vectors");
-    const auto* s = static_cast<const unsigned short*>(src) + at;
-    const bool aligned = reinterpret_cast<uintptr_t>(s) % 16 == 0 && pitch % 8 == 0;
-    for (int e = threadIdx.x; e < R * W / 8; e += kDeltaChunkThreads) {
-        const int r = e / (W / 8), c = e % (W / 8) * 8;
-        const unsigned short* x = s + r * pitch + c;
-        if (aligned && (r >= rows || c + 8 <= cols)) {
-            copy16(&dst[r][c], r < rows ? x : s, r < rows);
-            continue;
-        }
-        auto* y = reinterpret_cast<unsigned short*>(&dst[r][c]);
-#pragma unroll
-        for (int q = 0; q < 8; ++q) y[q] = r < rows && c + q < cols ? x[q] : 0u;
-    }
-}
-
-/// The parts of two adjacent elements x0, x1 of row r, columns c and c + 1, a 32-bit store each.
-template <typename T, int R, int P>
-__device__ __forceinline__ void split_pair_parts(T (*parts)[R][P], int r, int c, float x0,
-                                                 float x1) {
-#pragma unroll
-    for (int q = 0; q < kParts; ++q) {
-        const uint32_t y = pair<T>(x0, x1);
-        *reinterpret_cast<uint32_t*>(&parts[q][r][c]) = y;
-        const float2 f = to_float2<T>(y);
-        x0 -= f.x;
-        x1 -= f.y;
-    }
-}
 
 /// A block's [KT, kStateCols] fp32 state (the forward's S, the backward's dS) in its warps'
 /// registers: warp w holds the 16 × 8 tiles at rows 16 (w / 4) + 32 i, columns 8 (w % 4), as
