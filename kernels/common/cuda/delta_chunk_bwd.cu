@@ -1,7 +1,6 @@
 // kernels/common/cuda/delta_chunk_bwd.cu — the delta rule's chunk (WY / UT) backward on CUDA for
 // delta_rule and gated_delta_rule, in fp32 FMA arithmetic; where the forward runs on tensor cores
-// and d_o is in the input dtype, passes 2b and 3 do too (delta_chunk_tc.cu,
-// delta_values_bwd_tc.cu).
+// and d_o is in the input dtype, passes 2 and 3 do too (delta_chunk_tc.cu, delta_chunk_bwd_tc.cu).
 //
 // The CPU chunk backward (common/cpu/delta_chunk.h chunk_bwd) in five passes, each value
 // rounded where that contract rounds it:
@@ -539,34 +538,46 @@ __global__ void __launch_bounds__(kThreads)
     const int h = int(item % p.heads);
     const Span s = {r / p.seqs.t, 0, p.seqs.t};
     const int64_t t = r % p.seqs.t;
-    const auto finish = [&](const Strided& raw, const Strided& out, const float* grad,
+    // a lane's keys lane + 32 m in registers, each array's loads issued together: a warp waits
+    // out a few load latencies, not one a key and pass
+    constexpr int M = kMaxDeltaChunkKeys / 32;
+    const auto finish = [&](const Strided& src, const Strided& out, const float* grad,
                             const void* xhat) {
-        const int64_t io = at(raw, s, t, h), oo = at(out, s, t, h);
-        const auto dy = [&](int key) {
-            float sum = 0.f;
-            for (int j = 0; j < group; ++j)
-                sum += grad[(r * p.value_heads + h * group + j) * K + key];
-            return sum;
-        };
-        if (!p.l2norm) {
-            for (int key = lane; key < K; key += 32) store(out.data, out.dtype, oo + key, dy(key));
-            return;
+        const int64_t io = at(src, s, t, h), oo = at(out, s, t, h);
+        float dy[M] = {}, x[M] = {}, y[M] = {};
+        uint32_t xb[M] = {}, yb[M] = {};
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+            if (!p.l2norm || lane + 32 * m >= K) continue;
+            xb[m] = raw(src.data, src.dtype, io + lane + 32 * m);
+            if (xhat != nullptr) yb[m] = raw(xhat, p.q.dtype, item * K + lane + 32 * m);
         }
-        float ss = 0.f;
-        for (int key = lane; key < K; key += 32) {
-            const float xk = load(raw.data, raw.dtype, io + key);
-            ss += xk * xk;
+        const float* g = grad + (r * p.value_heads + h * group) * K + lane;
+        for (int j = 0; j < group; ++j, g += K)
+#pragma unroll
+            for (int m = 0; m < M; ++m)
+                if (lane + 32 * m < K) dy[m] += g[32 * m];
+        float ss = 0.f, dot = 0.f;
+        if (p.l2norm) {
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                x[m] = widen(xb[m], src.dtype);
+                y[m] = widen(yb[m], p.q.dtype);
+                ss += x[m] * x[m];
+            }
+            const float rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                if (xhat == nullptr) y[m] = x[m] * rstd;
+                dot += dy[m] * y[m];
+            }
+            dot = warp_sum(dot);
+#pragma unroll
+            for (int m = 0; m < M; ++m) dy[m] = (dy[m] - dot * y[m]) * rstd;
         }
-        const float rstd = 1.f / sqrtf(warp_sum(ss) + kL2NormEps);
-        const auto y = [&](int key) {
-            return xhat != nullptr ? load(xhat, p.q.dtype, item * K + key)
-                                   : load(raw.data, raw.dtype, io + key) * rstd;
-        };
-        float dot = 0.f;
-        for (int key = lane; key < K; key += 32) dot += dy(key) * y(key);
-        dot = warp_sum(dot);
-        for (int key = lane; key < K; key += 32)
-            store(out.data, out.dtype, oo + key, (dy(key) - dot * y(key)) * rstd);
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+            if (lane + 32 * m < K) store(out.data, out.dtype, oo + lane + 32 * m, dy[m]);
     };
     finish(p.q, d.dq, dq, qn);
     finish(p.k, d.dk, dk, kn);
@@ -601,10 +612,12 @@ void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream
     const int64_t K = p.dk, C = p.chunk, HV = p.value_heads;
     const int64_t slots = chunk_slots(p.seqs, p.chunk);
     const int64_t KP = padded_keys(p.dk), KH = K < kKeyPart ? K : kKeyPart;
-    if (slots > 0)
+    const bool tensor_cores = delta_chunk_tensor_cores(p) && d.d_o.dtype == p.q.dtype;
+    if (slots > 0 && tensor_cores)
+        delta_chunk_scores_bwd_tc(p, x.f, x.dov, slots, stream);
+    else if (slots > 0)
         launch_chunk_kernel(scores_bwd, dim3(unsigned(slots), unsigned(HV)), C * K + C * KP + C,
                             stream, p, d, x);
-    const bool tensor_cores = delta_chunk_tensor_cores(p) && d.d_o.dtype == p.q.dtype;
     if (tensor_cores)
         delta_chunk_state_bwd_tc(p, d, x.f, x.dov, x.dH, x.dvn, stream);
     else

@@ -78,6 +78,11 @@ void delta_chunk_state_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
                               const DeltaChunkSaved& f, const float* P, void* dH, float* dvn,
                               cudaStream_t stream);
 
+/// The backward's scores P = (q̂ k̂ᵀ) ⊙ e^{G_i − G_j} on tensor cores (delta_chunk_tensor_cores):
+/// into P ([slots, HV, C, C] fp32) over `slots` chunk slots, from the forward's values f.
+void delta_chunk_scores_bwd_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& f, float* P,
+                               int64_t slots, cudaStream_t stream);
+
 /// The backward's regions that its sums over value columns read and write (delta_chunk_bwd.cu's
 /// pass 3): rows as row() numbers them, chunks by chunk_slots().
 struct DeltaValueSums {
