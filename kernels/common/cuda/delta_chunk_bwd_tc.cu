@@ -110,9 +110,12 @@ __device__ void stage(float (*dst)[kStagePitch], const void* src, DType d, int64
     }
 }
 
-/// Element (r, c) of a staged tile in dtype d.
-__device__ __forceinline__ float staged(const float (*t)[kStagePitch], DType d, int r, int c) {
-    return d == DType::f32 ? t[r][c] : widen(reinterpret_cast<const uint16_t*>(t[r])[c], d);
+/// Elements (r, c) and (r, c + 1) of a staged tile in dtype d, c even.
+__device__ __forceinline__ float2 staged_pair(const float (*t)[kStagePitch], DType d, int r,
+                                              int c) {
+    if (d == DType::f32) return *reinterpret_cast<const float2*>(&t[r][c]);
+    const uint32_t w = reinterpret_cast<const uint32_t*>(t[r])[c / 2];
+    return make_float2(widen(w & 0xffffu, d), widen(w >> 16, d));
 }
 
 /// The sums' tiles: the operands of one step, and the next step's values as they come in (dO and
@@ -120,9 +123,12 @@ __device__ __forceinline__ float staged(const float (*t)[kStagePitch], DType d, 
 /// rows on distinct banks.
 template <typename T>
 struct ValueTiles {
-    alignas(16) T h[kParts][kRoundKeys][kValueCols + 8];   // h as stored, in parts
-    alignas(16) T dH[kParts][kRoundKeys][kValueCols + 8];  // dH as stored, the same
-    alignas(16) T dvn[kParts][kRows][kValueCols + 8];      // dv_new in parts, zero past the chunk
+    alignas(16) T h[kParts][kRoundKeys][kValueCols + 8];  // h as stored, in parts
+    union {
+        alignas(16) T dH[kParts][kRoundKeys][kValueCols + 8];  // dH as stored, the same
+        float v[kRows][kStagePitch];  // the value steps' v as it is, for dβ's term
+    };
+    alignas(16) T dvn[kParts][kRows][kValueCols + 8];  // dv_new in parts, zero past the chunk
     alignas(16) T dO[2][kRows][kValueCols + 8];
     alignas(16) T vn[2][kRows][kValueCols + 8];  // v_new
     alignas(16) T vb[kRows][kValueCols + 8];     // round(v β)
@@ -170,11 +176,14 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         stage(s.next_h, f.h, p.state, state + int64_t(k0) * V, V, nk, c0, V);
         stage(s.next_dH, x.dH, p.state, state + int64_t(k0) * V, V, nk, c0, V);
     };
-    // dv_new's parts (rows past the chunk zero: dvb's contraction runs over them)
+    // dv_new's parts (rows past the chunk zero: dvb's contraction runs over them), two
+    // adjacent columns at a time as every staged tile below
+    constexpr int kPairs = kValueCols / 2;
     const auto take_dvn = [&] {
-        for (int e = tid; e < kRows * kValueCols; e += kDeltaChunkThreads) {
-            const int i = e / kValueCols, c = e % kValueCols;
-            split_parts(s.dvn, i, c, i < L ? s.next_dvn[i][c] : 0.f);
+        for (int e = tid; e < kRows * kPairs; e += kDeltaChunkThreads) {
+            const int i = e / kPairs, c = e % kPairs * 2;
+            const float2 x = i < L ? staged_pair(s.next_dvn, DType::f32, i, c) : float2{};
+            split_pair_parts(s.dvn, i, c, x.x, x.y);
         }
     };
     issue(0);
@@ -198,9 +207,12 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
                 for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads)
                     if (e % kRows > e / kRows) s.Ti[e / kRows][e % kRows] = Half16<T>::from(0.f);
             take_dvn();
-            for (int e = tid; e < L * kValueCols; e += kDeltaChunkThreads) {
-                const int i = e / kValueCols, c = e % kValueCols;
-                s.vb[i][c] = Half16<T>::from(staged(s.next_h, p.v.dtype, i, c) * s.beta[i]);
+            for (int e = tid; e < L * kPairs; e += kDeltaChunkThreads) {
+                const int i = e / kPairs, c = e % kPairs * 2;
+                const float2 v = staged_pair(s.next_h, p.v.dtype, i, c);
+                *reinterpret_cast<uint32_t*>(&s.vb[i][c]) =
+                    pair<T>(v.x * s.beta[i], v.y * s.beta[i]);
+                *reinterpret_cast<float2*>(&s.v[i][c]) = v;
             }
             __syncthreads();
             issue(n + 1);
@@ -234,12 +246,13 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    const int i = rb + acc_row(u), c = c0 + cv + 8 * nt + acc_col(u);
-                    if (i >= L || c >= V) continue;
-                    const int64_t t = ck.c0 + i;
-                    store(d.dv.data, d.dv.dtype, at(d.dv, ck.s, t, hv) + c, db[nt][u] * s.beta[i]);
-                    dbv[u / 2] += db[nt][u] * load(p.v.data, p.v.dtype, at(p.v, ck.s, t, hv) + c);
+                for (int u = 0; u < 4; u += 2) {
+                    const int i = rb + acc_row(u), c = cv + 8 * nt + acc_col(u);
+                    if (i >= L || c0 + c >= V) continue;
+                    store_pair(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c,
+                               db[nt][u] * s.beta[i], db[nt][u + 1] * s.beta[i], c0 + c + 1 < V);
+                    dbv[u / 2] += db[nt][u] * s.v[i][c];
+                    dbv[u / 2] += db[nt][u + 1] * s.v[i][c + 1];
                 }
         }
 #pragma unroll
@@ -273,13 +286,13 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         copies_wait();
         __syncthreads();  // the step's values are in, and the step before is done
         take_dvn();
-        for (int e = tid; e < kRoundKeys * kValueCols; e += kDeltaChunkThreads) {
-            const int dd = e / kValueCols, c = e % kValueCols;
-            const float hx = staged(s.next_h, p.state, dd, c),
-                        dx = staged(s.next_dH, p.state, dd, c);
-            split_parts(s.h, dd, c, hx);
-            split_parts(s.dH, dd, c, dx);
-            if (dd < nk) hd += hx * dx;
+        for (int e = tid; e < kRoundKeys * kPairs; e += kDeltaChunkThreads) {
+            const int dd = e / kPairs, c = e % kPairs * 2;
+            const float2 hx = staged_pair(s.next_h, p.state, dd, c);
+            const float2 dx = staged_pair(s.next_dH, p.state, dd, c);
+            split_pair_parts(s.h, dd, c, hx.x, hx.y);
+            split_pair_parts(s.dH, dd, c, dx.x, dx.y);
+            if (dd < nk) hd += hx.x * dx.x + hx.y * dx.y;
         }
         __syncthreads();
         issue(n + 1);
