@@ -9,7 +9,8 @@
 // v_new, vb = round(v β), Ti) are exact in the input dtype; the fp32 ones (dv_new, and h, dH in a
 // wider state dtype) go in as kParts parts, and a product of two such takes the part pairs
 // q + r < kParts, which reach fp32's precision: only the fp32 summation order differs from the
-// FMA passes.
+// FMA passes. kda's pass 3 (kda_chunk_bwd.cu) is the same kernel in its form: the fp32 inverse
+// in parts, vb = β v with β applied after the product, dO v_newᵀ whole, ⟨h, dH⟩ per key.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,6 +19,7 @@
 
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/delta_chunk_tc.cuh"
+#include "common/cuda/kda_chunk_cuda.h"
 
 namespace lav::cuda {
 namespace {
@@ -122,11 +124,17 @@ __device__ __forceinline__ float2 staged_pair(const float (*t)[kStagePitch], DTy
 /// v_new straight into the other of two buffers). Pitches of 8 extra elements keep ldmatrix's
 /// rows on distinct banks.
 template <typename T>
+struct KeyTiles {
+    alignas(16) T h[kParts][kRoundKeys][kValueCols + 8];   // h as stored, in parts
+    alignas(16) T dH[kParts][kRoundKeys][kValueCols + 8];  // dH as stored, the same
+};
+
+template <typename T>
 struct ValueTiles {
-    alignas(16) T h[kParts][kRoundKeys][kValueCols + 8];  // h as stored, in parts
     union {
-        alignas(16) T dH[kParts][kRoundKeys][kValueCols + 8];  // dH as stored, the same
-        float v[kRows][kStagePitch];  // the value steps' v as it is, for dβ's term
+        KeyTiles<T> keys;                            // the key steps'
+        float v[kRows][kStagePitch];                 // the value steps' v as it is, for dβ's term
+        alignas(16) T Tf[kParts][kRows][kRows + 8];  // kda's fp32 (I + A)⁻¹ in parts, lower
     };
     alignas(16) T dvn[kParts][kRows][kValueCols + 8];  // dv_new in parts, zero past the chunk
     alignas(16) T dO[2][kRows][kValueCols + 8];
@@ -137,17 +145,28 @@ struct ValueTiles {
     alignas(16) float next_dH[kRoundKeys][kStagePitch];
     alignas(16) float next_dvn[kRows][kStagePitch];
     float beta[kRows], G[kRows];
-    float dbv[2][kRows];  // dβ's value term, by the two column halves of the warps
+    float dbv[2][kRows];       // dβ's value term, by the two column halves of the warps
+    float hd_key[kRoundKeys];  // kda's ⟨h, dH⟩ per key, over a round's steps
     float part[kWarps];
 };
 
+/// What the sums read of the forward's values: the delta rules' (DeltaChunkSaved) or kda's.
+struct ValueInputs {
+    const void* Ti = nullptr;   ///< [rows, HV, C] the rows of (I + A)⁻¹ in the input dtype
+    const float* Tf = nullptr;  ///< kda's, in fp32 (Ti nullptr)
+    const void *v_new = nullptr, *h = nullptr;
+    const float *beta = nullptr, *G = nullptr;  ///< G [rows, HV]: the delta rules' only
+};
+
 /// The sums: the value steps n < nv (nv steps of kValueCols columns), then nv steps a key round;
-/// each step's loads are issued before the step before it computes.
+/// each step's loads are issued before the step before it computes. PerKey: kda's form of them,
+/// with (I + A)⁻¹ in fp32 (three parts), vb = β v unrounded (β applied to dT's columns after
+/// the product with v), dO v_newᵀ kept whole and unscaled, and ⟨h, dH⟩ per key.
 // two blocks a multiprocessor (110 KB of tiles): registers up to 128, which the key round's
 // three [64, kRoundKeys] sums leave room in
-template <typename T>
+template <typename T, bool PerKey>
 __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
-    values_bwd_tc(DeltaChunkProblem p, DeltaGrads d, DeltaChunkSaved f, DeltaValueSums x) {
+    values_bwd_tc(DeltaChunkProblem p, DeltaGrads d, ValueInputs f, DeltaValueSums x) {
     extern __shared__ float sm[];
     auto& s = *reinterpret_cast<ValueTiles<T>*>(sm);
     const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
@@ -187,10 +206,16 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         }
     };
     issue(0);
-    copy_rows<kRows, kRows>(s.Ti, f.Ti, (r0 * HV + hv) * C, int64_t(HV) * C, L, L);
+    if constexpr (PerKey)
+        for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
+            const int i = e / kRows, j = e % kRows;
+            split_parts(s.Tf, i, j, i < L && j <= i ? f.Tf[((r0 + i) * HV + hv) * C + j] : 0.f);
+        }
+    else
+        copy_rows<kRows, kRows>(s.Ti, f.Ti, (r0 * HV + hv) * C, int64_t(HV) * C, L, L);
     for (int i = tid; i < kRows; i += kDeltaChunkThreads) {
         s.beta[i] = i < L ? f.beta[(r0 + i) * HV + hv] : 0.f;
-        s.G[i] = i < L ? f.G[(r0 + i) * HV + hv] : 0.f;
+        if (!PerKey) s.G[i] = i < L ? f.G[(r0 + i) * HV + hv] : 0.f;
     }
     // warp w: rows rb + [0, 16) of every product
     const int rb = 16 * (warp % 4), half = warp / 4;
@@ -203,16 +228,20 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
             const int c0 = n * kValueCols, buf = n % 2;
             copies_wait();
             __syncthreads();  // the step's values are in, and the step before is done
-            if (n == 0)
+            if (!PerKey && n == 0)
                 for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads)
                     if (e % kRows > e / kRows) s.Ti[e / kRows][e % kRows] = Half16<T>::from(0.f);
             take_dvn();
             for (int e = tid; e < L * kPairs; e += kDeltaChunkThreads) {
                 const int i = e / kPairs, c = e % kPairs * 2;
                 const float2 v = staged_pair(s.next_h, p.v.dtype, i, c);
-                *reinterpret_cast<uint32_t*>(&s.vb[i][c]) =
-                    pair<T>(v.x * s.beta[i], v.y * s.beta[i]);
-                *reinterpret_cast<float2*>(&s.v[i][c]) = v;
+                if constexpr (PerKey) {
+                    *reinterpret_cast<uint32_t*>(&s.vb[i][c]) = pair<T>(v.x, v.y);
+                } else {
+                    *reinterpret_cast<uint32_t*>(&s.vb[i][c]) =
+                        pair<T>(v.x * s.beta[i], v.y * s.beta[i]);
+                    *reinterpret_cast<float2*>(&s.v[i][c]) = v;
+                }
             }
             __syncthreads();
             issue(n + 1);
@@ -234,13 +263,19 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
             // Ti_mi is zero for m < i: the contraction starts at the diagonal block
             float db[2][4] = {};
             for (int m0 = rb; m0 < kRows; m0 += 16) {
-                fragment_a_rows(a, s.Ti, m0, rb);
+                // kda's fp32 inverse in parts: the pairs of parts q + r < kParts
+                uint32_t at[kParts][4];
+#pragma unroll
+                for (int q = 0; q < (PerKey ? kParts : 1); ++q)
+                    fragment_a_rows(at[q], PerKey ? s.Tf[q] : s.Ti, m0, rb);
 #pragma unroll
                 for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-                    for (int q = 0; q < kParts; ++q) {
-                        fragment_b_rows(b, s.dvn[q], m0, cv + 8 * nt);
-                        Half16<T>::mma(db[nt], a, b);
+                    for (int r = 0; r < kParts; ++r) {
+                        fragment_b_rows(b, s.dvn[r], m0, cv + 8 * nt);
+#pragma unroll
+                        for (int q = 0; q + r < (PerKey ? kParts : r + 1); ++q)
+                            Half16<T>::mma(db[nt], at[q], b);
                     }
             }
 #pragma unroll
@@ -251,8 +286,11 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
                     if (i >= L || c0 + c >= V) continue;
                     store_pair(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c,
                                db[nt][u] * s.beta[i], db[nt][u + 1] * s.beta[i], c0 + c + 1 < V);
-                    dbv[u / 2] += db[nt][u] * s.v[i][c];
-                    dbv[u / 2] += db[nt][u + 1] * s.v[i][c + 1];
+                    // kda's v is exact in T, as the inputs' dtype
+                    const float2 v = PerKey ? to_float2<T>(word(&s.vb[i][c]))
+                                            : make_float2(s.v[i][c], s.v[i][c + 1]);
+                    dbv[u / 2] += db[nt][u] * v.x;
+                    dbv[u / 2] += db[nt][u + 1] * v.y;
                 }
         }
 #pragma unroll
@@ -268,8 +306,13 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
                 const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
                 if (i >= L || j >= L) continue;
                 const int64_t o = ((slot * HV + hv) * C + i) * C + j;
-                x.dov[o] = j <= i ? ov[nt][u] * expf(s.G[i] - s.G[j]) * p.scale : 0.f;
-                x.dT[o] = tv[nt][u];
+                if constexpr (PerKey) {
+                    x.dov[o] = ov[nt][u];
+                    x.dT[o] = tv[nt][u] * s.beta[j];
+                } else {
+                    x.dov[o] = j <= i ? ov[nt][u] * expf(s.G[i] - s.G[j]) * p.scale : 0.f;
+                    x.dT[o] = tv[nt][u];
+                }
             }
     }
     // the key rounds: warp w takes keys cb + [0, kRoundKeys / 2) of the round
@@ -290,9 +333,15 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
             const int dd = e / kPairs, c = e % kPairs * 2;
             const float2 hx = staged_pair(s.next_h, p.state, dd, c);
             const float2 dx = staged_pair(s.next_dH, p.state, dd, c);
-            split_pair_parts(s.h, dd, c, hx.x, hx.y);
-            split_pair_parts(s.dH, dd, c, dx.x, dx.y);
-            if (dd < nk) hd += hx.x * dx.x + hx.y * dx.y;
+            split_pair_parts(s.keys.h, dd, c, hx.x, hx.y);
+            split_pair_parts(s.keys.dH, dd, c, dx.x, dx.y);
+            if (!PerKey && dd < nk) hd += hx.x * dx.x + hx.y * dx.y;
+            if constexpr (PerKey) {
+                // the key's kPairs pairs lie in 16 adjacent lanes, which add them in one order
+                float t = hx.x * dx.x + hx.y * dx.y;
+                for (int o = kPairs / 2; o > 0; o /= 2) t += __shfl_xor_sync(~0u, t, o);
+                if (lane % kPairs == 0) s.hd_key[dd] = (n % nv == 0 ? 0.f : s.hd_key[dd]) + t;
+            }
         }
         __syncthreads();
         issue(n + 1);
@@ -309,8 +358,8 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
 #pragma unroll
                 for (int r = 0; r < kParts; ++r) {
                     if (r >= parts) break;
-                    fragment_b(bh[r], s.h[r], n0, kk);
-                    fragment_b(bd[r], s.dH[r], n0, kk);
+                    fragment_b(bh[r], s.keys.h[r], n0, kk);
+                    fragment_b(bd[r], s.keys.dH[r], n0, kk);
                     Half16<T>::mma(dq[nt], ao, bh[r]);
                     Half16<T>::mma(dk[nt], av, bd[r]);
                 }
@@ -333,11 +382,14 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
                 x.dq[o] = dq[nt][u];
                 x.dk[o] = dk[nt][u];
             }
+        if (PerKey)
+            for (int dd = tid; dd < nk; dd += kDeltaChunkThreads)
+                x.hdH[(slot * HV + hv) * K + k0 + dd] = s.hd_key[dd];
     }
     hd = warp_sum(hd);
     if (lane == 0) s.part[warp] = hd;
     __syncthreads();
-    if (tid == 0) {
+    if (!PerKey && tid == 0) {
         float sum = 0.f;
         for (int w = 0; w < kWarps; ++w) sum += s.part[w];
         x.hdH[slot * HV + hv] = sum;
@@ -346,11 +398,19 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         x.dbv[(r0 + i) * HV + hv] = s.dbv[0][i] + s.dbv[1][i];
 }
 
-template <typename T>
-void launch(const DeltaChunkProblem& p, const DeltaGrads& d, const DeltaChunkSaved& f,
+template <bool PerKey>
+void launch(const DeltaChunkProblem& p, const DeltaGrads& d, const ValueInputs& f,
             const DeltaValueSums& x, int64_t slots, cudaStream_t stream) {
-    launch_chunk_kernel(values_bwd_tc<T>, dim3(unsigned(slots), unsigned(p.value_heads)),
-                        int64_t(sizeof(ValueTiles<T>) + 3) / 4, stream, p, d, f, x);
+    const auto go = [&](auto type) {
+        using T = decltype(type);
+        launch_chunk_kernel(values_bwd_tc<T, PerKey>,
+                            dim3(unsigned(slots), unsigned(p.value_heads)),
+                            int64_t(sizeof(ValueTiles<T>) + 3) / 4, stream, p, d, f, x);
+    };
+    if (p.q.dtype == DType::bf16)
+        go(__nv_bfloat16{});
+    else
+        go(__half{});
 }
 
 }  // namespace
@@ -381,10 +441,13 @@ void delta_chunk_scores_bwd_tc(const DeltaChunkProblem& p, const DeltaChunkSaved
 void delta_chunk_values_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
                                const DeltaChunkSaved& f, const DeltaValueSums& x, int64_t slots,
                                cudaStream_t stream) {
-    if (p.q.dtype == DType::bf16)
-        launch<__nv_bfloat16>(p, d, f, x, slots, stream);
-    else
-        launch<__half>(p, d, f, x, slots, stream);
+    launch<false>(p, d, {f.Ti, nullptr, f.v_new, f.h, f.beta, f.G}, x, slots, stream);
+}
+
+void kda_chunk_values_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
+                             const KdaChunkSaved& f, const DeltaValueSums& x, int64_t slots,
+                             cudaStream_t stream) {
+    launch<true>(p, d, {nullptr, f.Tf, f.v_new, f.h, f.beta, nullptr}, x, slots, stream);
 }
 
 }  // namespace lav::cuda

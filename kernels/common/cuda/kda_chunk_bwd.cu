@@ -1,5 +1,6 @@
 // kernels/common/cuda/kda_chunk_bwd.cu — kda's chunk (WY / UT) backward on CUDA, in fp32 FMA
-// arithmetic (no tensor cores yet).
+// arithmetic; where the forward's state pass runs on tensor cores, pass 3 does too
+// (delta_chunk_bwd_tc.cu).
 //
 // kda's CPU chunk backward (kda/kda_cpu.cpp chunk_backward, derived in kda/README.md) in five
 // passes, each value rounded where that contract rounds it:
@@ -460,14 +461,19 @@ void kda_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t
     launch_chunk_kernel(state_bwd,
                         dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
                         C * KP + C * C + 2 * C * kTile + 2 * K * kTile + K, stream, p, d, x);
-    if (slots > 0) {
+    const bool tensor_cores =
+        delta_chunk_tensor_cores(p) && d.d_o.dtype == p.q.dtype && p.v.dtype == p.q.dtype;
+    if (slots > 0 && tensor_cores)
+        kda_chunk_values_bwd_tc(
+            p, d, x.f, {x.dH, x.dvn, x.dw, x.dq, x.dkg, x.P, x.dT, x.dbv, x.hdH}, slots, stream);
+    else if (slots > 0)
         launch_chunk_kernel(values_bwd, dim3(unsigned(slots), unsigned(HV)),
                             whole_float4s(C * C) + 2 * C * C + 2 * K * kColRow + 4 * C * kColRow +
                                 3 * C * K + 2 * C + K,
                             stream, p, d, x);
+    if (slots > 0)
         launch_chunk_kernel(keys_bwd, dim3(unsigned(slots), unsigned(HV)),
                             4 * C * KP + 2 * C * C + 2 * C * (C + 1) + C, stream, p, d, x);
-    }
     finish_chunk_keys(p, d, x.dq, x.dw, nullptr, nullptr, stream);
     LAV_CUDA_CHECK(cudaGetLastError(), "kda_chunk_bwd");
 }

@@ -57,6 +57,14 @@ void kda_chunk_out_tc(const DeltaChunkProblem& p, const KdaChunkSaved& x, int64_
 /// The same, laying the workspace out itself (kda_chunk_fwd_workspace_floats() elements).
 void kda_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream);
 
+/// The backward's sums over value columns on tensor cores (delta_chunk_bwd_tc.cu): where
+/// delta_chunk_tensor_cores takes the inputs and d_o and v are in their dtype, over `slots` chunk
+/// slots, from the forward's values f (Tf among them); x.dk is d_kg = v_new dHᵀ here, x.dov
+/// dO v_newᵀ whole and unscaled, x.hdH ⟨h, dH⟩ per key ([slots, HV, K]).
+void kda_chunk_values_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
+                             const KdaChunkSaved& f, const DeltaValueSums& x, int64_t slots,
+                             cudaStream_t stream);
+
 /// Scratch of the chunk backward in fp32 elements.
 int64_t kda_chunk_workspace_floats(const DeltaChunkProblem& p);
 
