@@ -201,6 +201,20 @@ __device__ __forceinline__ void with_rounding(DType d, F&& f) {
     }
 }
 
+/// Calls f(E{}) with E the element type of d (float, __half or __nv_bfloat16) fixed at compile
+/// time, as with_rounding does for a rounding.
+template <typename F>
+__device__ __forceinline__ void with_element(DType d, F&& f) {
+    switch (d) {
+        case DType::f32:
+            return f(float{});
+        case DType::f16:
+            return f(__half{});
+        default:
+            return f(__nv_bfloat16{});
+    }
+}
+
 /// Element offset of (step t of span s, head h, channel 0) in x.
 __device__ __forceinline__ int64_t at(const Strided& x, const Span& s, int64_t t, int64_t h) {
     return s.b * x.sb + (s.bos + t) * x.st + h * x.sh;

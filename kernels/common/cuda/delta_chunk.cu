@@ -58,16 +58,11 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
     float* G = beta + C;           // [C] chunk-local cumsum of the log decay
     float* decay = G + C;          // [C] exp(G)
     prep_rows(p, x, ck, hv, k, KP, beta, G, decay);
-    // A_ij = ((k̂_i·k̂_j) exp(G_i − G_j)) β_i below the diagonal, in fp32
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        float a = 0.f;
-        if (j < i) {
-            for (int d = 0; d < K; ++d) a += k[i * KP + d] * k[j * KP + d];
-            a = a * expf(G[i] - G[j]) * beta[i];
-        }
-        A[i * (C + 1) + j] = a;
-    }
+    // A_ij = ((k̂_i·k̂_j) exp(G_i − G_j)) β_i below the diagonal, in fp32 (the solve reads no
+    // other entry)
+    row_products<true>(
+        k, KP, k, KP, L, K, [&](int) { return K; },
+        [&](int i, int j, float a) { A[i * (C + 1) + j] = a * expf(G[i] - G[j]) * beta[i]; });
     __syncthreads();
     // A has read k̂: it becomes kb = round(k̂ β e^G), w's factor
     for (int e = tid; e < L * K; e += kThreads) {
@@ -83,22 +78,18 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
     }
     __syncthreads();
     // w = Ti kb, u = Ti round(v β), each stored
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int i = e / K, d = e % K;
-        float t = 0.f;
-        for (int j = 0; j <= i; ++j) t += Ti[i * C + j] * k[j * KP + d];
-        store(x.w, in, ((r0 + i) * HV + hv) * K + d, t);
-    }
+    lower_products<false>(
+        Ti, C, [&](int j, int d) { return k[j * KP + d]; }, L, K,
+        [&](int i, int d, float t) { store(x.w, in, ((r0 + i) * HV + hv) * K + d, t); });
     for (int c0 = 0; c0 < V; c0 += kTile) {
         gather_tile(L, kTile, p.v.data, p.v.dtype, at(p.v, s, t0, hv), p.v.st, c0, V,
                     [&](int j, int c, float v) { vb[j * kTile + c] = rounded(v * beta[j], in); });
         __syncthreads();
-        for (int e = tid; e < L * kTile; e += kThreads) {
-            const int i = e / kTile, c = c0 + e % kTile;
-            float t = 0.f;
-            for (int j = 0; j <= i; ++j) t += Ti[i * C + j] * vb[j * kTile + e % kTile];
-            if (c < V) store(x.u, in, ((r0 + i) * HV + hv) * V + c, t);
-        }
+        lower_products<false>(
+            Ti, C, [&](int j, int c) { return vb[j * kTile + c]; }, L, kTile,
+            [&](int i, int c, float t) {
+                if (c0 + c < V) store(x.u, in, ((r0 + i) * HV + hv) * V + c0 + c, t);
+            });
         __syncthreads();
     }
 }

@@ -149,62 +149,74 @@ class ChunkWorkspace {
     int64_t bytes_;
 };
 
-/// A lane's elements lane + 32 m of one row of q or k, raw (widen() takes them).
-struct KeyRowBits {
-    uint32_t bits[kMaxDeltaChunkKeys / 32];
+/// A lane's elements lane + 32 m of one row of q or k, widened from the input dtype.
+struct KeyRow {
+    float x[kMaxDeltaChunkKeys / 32];
 };
 
-/// Row t of key head h of src for this lane. key_rows fetches a row of q and one of k before it
-/// uses either, so that a warp waits out one load latency a row, not four (twice each).
-__device__ inline KeyRowBits fetch_row(const DeltaChunkProblem& p, const Strided& src,
-                                       const Span& s, int64_t t, int h) {
+/// Row t of key head h of src (elements of type E) for this lane; zero past the keys.
+template <typename E>
+__device__ inline KeyRow fetch_row(const DeltaChunkProblem& p, const Strided& src, const Span& s,
+                                   int64_t t, int h) {
     const int lane = threadIdx.x % 32;
-    const int64_t off = at(src, s, t, h);
-    KeyRowBits r;
+    const E* x = static_cast<const E*>(src.data) + at(src, s, t, h) + lane;
+    KeyRow r;
 #pragma unroll
     for (int m = 0; m < kMaxDeltaChunkKeys / 32; ++m)
-        r.bits[m] = lane + 32 * m < p.dk ? raw(src.data, src.dtype, off + lane + 32 * m) : 0u;
+        r.x[m] = lane + 32 * m < p.dk ? widened(x[32 * m]) : 0.f;
     return r;
 }
 
 /// A fetched row as the chunk kernels read it, by one warp: x / √(Σ x² + eps) rounded to the
-/// input dtype with the in-kernel l2norm, x itself without. Written to `tile` (elements 0..K)
-/// where not nullptr, and to `kept` (in the input dtype, from element `kept_at`) where not
-/// nullptr.
-__device__ inline void unit_row(const DeltaChunkProblem& p, const KeyRowBits& r, DType d,
-                                float* tile, void* kept, int64_t kept_at) {
+/// input dtype E with the in-kernel l2norm, x itself without. Written to `tile` (elements 0..K)
+/// where not nullptr, and to `kept` where not nullptr.
+template <typename E>
+__device__ inline void unit_row(const DeltaChunkProblem& p, const KeyRow& r, float* tile, E* kept) {
     const int lane = threadIdx.x % 32, K = p.dk;
-    float x[kMaxDeltaChunkKeys / 32], ss = 0.f;
+    float ss = 0.f;
 #pragma unroll
-    for (int m = 0; m < kMaxDeltaChunkKeys / 32; ++m) {
-        x[m] = widen(r.bits[m], d);
-        ss += x[m] * x[m];
-    }
+    for (int m = 0; m < kMaxDeltaChunkKeys / 32; ++m) ss += r.x[m] * r.x[m];
     const float rstd = p.l2norm ? 1.f / sqrtf(warp_sum(ss) + kL2NormEps) : 1.f;
 #pragma unroll
     for (int m = 0; m < kMaxDeltaChunkKeys / 32; ++m) {
         const int e = lane + 32 * m;
         if (e >= K) break;
-        const float y = p.l2norm ? rounded(x[m] * rstd, p.q.dtype) : x[m];
+        const float y = p.l2norm ? widened(narrow<E>(r.x[m] * rstd)) : r.x[m];
         if (tile != nullptr) tile[e] = y;
-        if (kept != nullptr) store(kept, p.q.dtype, kept_at + e, y);
+        if (kept != nullptr) kept[e] = narrow<E>(y);
     }
 }
 
 /// The k̂ rows of chunk ck for value head hv into `k` (row stride kp), and q̂ and k̂ into `qn`,
-/// `kn` by one value head of each key head; a warp per row.
+/// `kn` by one value head of each key head. A warp takes two rows at a time and fetches their
+/// q and k before it uses any, so that it waits out one load latency for the four; the element
+/// type is fixed once for the loop (q, k and v share one dtype).
 __device__ inline void key_rows(const DeltaChunkProblem& p, const Chunk& ck, int hv, float* k,
                                 int kp, void* qn, void* kn) {
-    const int h = hv / (p.value_heads / p.heads);
+    constexpr int kWarps = kDeltaChunkThreads / 32;
+    const int h = hv / (p.value_heads / p.heads), L = ck.len;
     const bool keeps_keys = hv % (p.value_heads / p.heads) == 0;
     const int64_t t0 = ck.c0, r0 = row(p.seqs, ck.s, t0);
-    for (int i = threadIdx.x / 32; i < ck.len; i += kDeltaChunkThreads / 32) {
-        const int64_t r = ((r0 + i) * p.heads + h) * p.dk;
-        const KeyRowBits kr = fetch_row(p, p.k, ck.s, t0 + i, h);
-        const KeyRowBits qr = keeps_keys ? fetch_row(p, p.q, ck.s, t0 + i, h) : KeyRowBits{};
-        unit_row(p, kr, p.k.dtype, k + i * kp, keeps_keys ? kn : nullptr, r);
-        if (keeps_keys) unit_row(p, qr, p.q.dtype, nullptr, qn, r);
-    }
+    with_element(p.q.dtype, [&](auto element) {
+        using E = decltype(element);
+        for (int i0 = threadIdx.x / 32; i0 < L; i0 += 2 * kWarps) {
+            KeyRow kr[2], qr[2];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int i = i0 + kWarps * u < L ? i0 + kWarps * u : i0;
+                kr[u] = fetch_row<E>(p, p.k, ck.s, t0 + i, h);
+                if (keeps_keys) qr[u] = fetch_row<E>(p, p.q, ck.s, t0 + i, h);
+            }
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int i = i0 + kWarps * u;
+                if (i >= L) break;
+                const int64_t r = ((r0 + i) * p.heads + h) * p.dk;
+                unit_row(p, kr[u], k + i * kp, keeps_keys ? static_cast<E*>(kn) + r : nullptr);
+                if (keeps_keys) unit_row<E>(p, qr[u], nullptr, static_cast<E*>(qn) + r);
+            }
+        }
+    });
 }
 
 /// The delta rules' first pass, per row of chunk ck and value head hv: the k̂ rows into `k` (row
@@ -246,9 +258,10 @@ __device__ inline void prep_rows(const DeltaChunkProblem& p, const DeltaChunkSav
 /// (I + A) T = I for a strictly lower A ([L, L], row pitch ap; T's pitch tp), by forward
 /// substitution in fp32, each entry T_ij = δ_ij − Σ_{m=j}^{i−1} A_im T_mj summed in ascending m
 /// (the CPU rows' order). A column's sums advance together: once T_mj is final, every row below
-/// takes its term m. Warp w takes columns w + 8c, c < 8 (each step one term for all eight, so
-/// that their latencies overlap), a lane rows lane and lane + 32; the block is synchronised on
-/// return. An odd ap keeps the lanes' reads of A's column m in distinct banks.
+/// takes its term m. Warp w takes columns w + 8c, c < 8, a lane rows lane and lane + 32; each
+/// step shuffles T_mj of all eight columns before it adds any term, so that the eight shuffles'
+/// latencies overlap (a column's shuffle waits on its last step's term). The block is
+/// synchronised on return. An odd ap keeps the lanes' reads of A's column m in distinct banks.
 __device__ inline void solve_unit_lower(const float* A, int ap, float* T, int tp, int L) {
     constexpr int kWarps = kDeltaChunkThreads / 32, kCols = kMaxDeltaChunk / kWarps;
     static_assert(kMaxDeltaChunk == 64, "two rows a lane");
@@ -266,12 +279,15 @@ __device__ inline void solve_unit_lower(const float* A, int ap, float* T, int tp
         const bool r0 = i0 > m && i0 < L;
         const bool r1 = i1 > m && i1 < L;
         const float a0 = r0 ? A[i0 * ap + m] : 0.f, a1 = r1 ? A[i1 * ap + m] : 0.f;
+        float tm[kCols];
+#pragma unroll
+        for (int c = 0; c < kCols; ++c)
+            tm[c] = __shfl_sync(~0u, m < 32 ? t[c][0] : t[c][1], m % 32);
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
             if (m < warp + kWarps * c) break;  // the warp's later columns start further down
-            const float tm = __shfl_sync(~0u, m < 32 ? t[c][0] : t[c][1], m % 32);
-            if (r0) t[c][0] -= a0 * tm;
-            if (r1) t[c][1] -= a1 * tm;
+            if (r0) t[c][0] -= a0 * tm[c];
+            if (r1) t[c][1] -= a1 * tm[c];
         }
     }
 #pragma unroll
@@ -292,33 +308,36 @@ __device__ inline float lower_transposed(const float* T, int C, const float* M, 
     return a;
 }
 
-/// lower_transposed(T, C, M, stride, L, i, c) for every row i < L and column c < cols, each sum in
-/// its order, handed to put(i, c, value). A warp takes the blocks of four rows w and 15 − w (so
-/// that the warps sum as many terms), a lane the columns lane + 32 v, v < 4, 128 at a time: a
-/// step of the sums reads 8 values for 16 products, where a thread per element read 2 for 1.
-template <typename Put>
-__device__ inline void lower_transposed_all(const float* T, int C, const float* M, int stride,
-                                            int L, int cols, Put&& put) {
+/// put(i, c, Σ_m T_mi x(m, c)) over m ≥ i (Transposed) or put(i, c, Σ_m T_im x(m, c)) over
+/// m ≤ i, for a lower-triangular T ([L, L] of row stride C), every row i < L and column c < cols,
+/// each sum in ascending m. A warp takes the blocks of four rows w and 15 − w (so that the warps
+/// sum as many terms), a lane the columns lane + 32 v, v < 4, 128 at a time: a step of the sums
+/// reads 8 values for 16 products, where a thread per element read 2 for 1.
+template <bool Transposed, typename X, typename Put>
+__device__ inline void lower_products(const float* T, int C, X&& x, int L, int cols, Put&& put) {
     constexpr int kWarps = kDeltaChunkThreads / 32;
     static_assert(2 * kWarps * 4 == kMaxDeltaChunk, "two blocks of four rows a warp");
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int half = 0; half < 2; ++half) {
         const int i0 = 4 * (half == 0 ? warp : 2 * kWarps - 1 - warp);
         if (i0 >= L) continue;
+        const int m0 = Transposed ? i0 : 0, m1 = Transposed ? L : (i0 + 4 < L ? i0 + 4 : L);
         for (int c0 = lane; c0 < cols; c0 += 128) {
             float acc[4][4] = {};
-            for (int m = i0; m < L; ++m) {
-                float t[4], x[4];
+            for (int m = m0; m < m1; ++m) {
+                float t[4], y[4];
 #pragma unroll
-                for (int u = 0; u < 4; ++u) t[u] = i0 + u < L ? T[m * C + i0 + u] : 0.f;
+                for (int u = 0; u < 4; ++u) {
+                    const int i = i0 + u < L ? i0 + u : L - 1;
+                    t[u] = Transposed ? T[m * C + i] : T[i * C + m];
+                }
 #pragma unroll
-                for (int v = 0; v < 4; ++v)
-                    x[v] = c0 + 32 * v < cols ? M[m * stride + c0 + 32 * v] : 0.f;
+                for (int v = 0; v < 4; ++v) y[v] = c0 + 32 * v < cols ? x(m, c0 + 32 * v) : 0.f;
 #pragma unroll
                 for (int u = 0; u < 4; ++u)
-                    if (m >= i0 + u)
+                    if (Transposed ? m >= i0 + u : m <= i0 + u)
 #pragma unroll
-                        for (int v = 0; v < 4; ++v) acc[u][v] += t[u] * x[v];
+                        for (int v = 0; v < 4; ++v) acc[u][v] += t[u] * y[v];
             }
 #pragma unroll
             for (int u = 0; u < 4; ++u)
@@ -327,6 +346,52 @@ __device__ inline void lower_transposed_all(const float* T, int C, const float* 
                     if (i0 + u < L && c0 + 32 * v < cols) put(i0 + u, c0 + 32 * v, acc[u][v]);
         }
     }
+}
+
+/// lower_products<true> over a row-major M of row stride `stride`: put(i, c, (Tᵀ M)_ic).
+template <typename Put>
+__device__ inline void lower_transposed_all(const float* T, int C, const float* M, int stride,
+                                            int L, int cols, Put&& put) {
+    lower_products<true>(
+        T, C, [&](int m, int c) { return M[m * stride + c]; }, L, cols, put);
+}
+
+/// put(i, j, Σ_d x(i, d) y(j, d) e^{g(i, d) − g(j, d)}) for every j ≤ i < L, each sum in
+/// ascending d < K with the factor formed per pair, never as e^{G_i} e^{−G_j} (which overflows
+/// under strong decay): kda's scores. A thread takes rows threadIdx.x / 16 + 16 u and columns
+/// threadIdx.x % 16 + 16 v, v ≤ u (the tiles v > u lie above the diagonal): a step reads 16
+/// values for up to 16 terms, where a thread per element read 4 for 1.
+template <typename X, typename Y, typename Gd, typename Put>
+__device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&& put) {
+    static_assert(kDeltaChunkThreads == 256 && kMaxDeltaChunk == 64,
+                  "16 × 16 threads, 4 × 4 tiles");
+    const int i0 = threadIdx.x / 16, j0 = threadIdx.x % 16;
+    int ri[4], rj[4];  // the rows read, clamped to the chunk
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        ri[u] = i0 + 16 * u < L ? i0 + 16 * u : L - 1;
+        rj[u] = j0 + 16 * u < L ? j0 + 16 * u : L - 1;
+    }
+    float acc[4][4] = {};
+    for (int d = 0; d < K; ++d) {
+        float xi[4], gi[4], yj[4], gj[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            xi[u] = x(ri[u], d), gi[u] = g(ri[u], d);
+            yj[u] = y(rj[u], d), gj[u] = g(rj[u], d);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int v = 0; v <= u; ++v) acc[u][v] += xi[u] * yj[v] * expf(gi[u] - gj[v]);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int v = 0; v <= u; ++v) {
+            const int i = i0 + 16 * u, j = j0 + 16 * v;
+            if (j <= i && i < L) put(i, j, acc[u][v]);
+        }
 }
 
 /// put(i, j, Σ_{m < depth(j)} A_im B_jm) for every i, j < L, or only j < i where Lower, each sum

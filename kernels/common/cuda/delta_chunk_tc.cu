@@ -660,14 +660,13 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
     // h's rows past K stay zero: qg's columns there are too, but 0 · NaN would not be
     for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.h[q], K);
     __syncthreads();
+    decayed_products(
+        L, K, [&](int i, int d) { return s.q[i][d]; }, [&](int j, int d) { return s.k[j][d]; },
+        [&](int i, int d) { return s.G[i][d]; },
+        [&](int i, int j, float t) { s.P[i][j] = Half16<T>::from(rounded(p.scale * t, in)); });
     for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
         const int i = e / kRows, j = e % kRows;
-        float t = 0.f;
-        if (j <= i && i < L) {
-            for (int d = 0; d < K; ++d) t += s.q[i][d] * s.k[j][d] * expf(s.G[i][d] - s.G[j][d]);
-            t = rounded(p.scale * t, in);
-        }
-        s.P[i][j] = Half16<T>::from(t);
+        if (j > i || i >= L) s.P[i][j] = Half16<T>::from(0.f);  // the entries put leaves
     }
     for (int e = tid; e < kRows * KT; e += kDeltaChunkThreads) {
         const int i = e / KT, d = e % KT;

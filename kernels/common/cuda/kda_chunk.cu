@@ -83,18 +83,12 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
         }
     }
     __syncthreads();
-    // A_ij = β_i Σ_d (k̂_id k̂_jd) exp(G_id − G_jd) below the diagonal, in fp32; the factor is
-    // formed pairwise, never as e^{G_i} e^{−G_j}, which overflows under strong decay
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        float a = 0.f;
-        if (j < i) {
-            for (int d = 0; d < K; ++d)
-                a += k[i * KP + d] * k[j * KP + d] * expf(G[i * KP + d] - G[j * KP + d]);
-            a *= beta[i];
-        }
-        A[i * (C + 1) + j] = a;
-    }
+    // A_ij = β_i Σ_d (k̂_id k̂_jd) exp(G_id − G_jd) below the diagonal, in fp32 (the solve reads
+    // no other entry)
+    const auto key = [&](int i, int d) { return k[i * KP + d]; };
+    decayed_products(
+        L, K, key, key, [&](int i, int d) { return G[i * KP + d]; },
+        [&](int i, int j, float a) { A[i * (C + 1) + j] = j < i ? a * beta[i] : 0.f; });
     // kg = round(k̂ exp(G_last − G)), which the state pass reads
     for (int e = tid; e < L * K; e += kThreads) {
         const int i = e / K, d = e % K;
@@ -116,13 +110,9 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
     __syncthreads();
     if (x.Wf != nullptr) {
         // the backward's W = Ti (β (k̂ e^G)), unrounded, with the CPU backward's operand
-        for (int e = tid; e < L * K; e += kThreads) {
-            const int i = e / K, d = e % K;
-            float t = 0.f;
-            for (int j = 0; j <= i; ++j)
-                t += Ti[i * C + j] * (beta[j] * (k[j * KP + d] * G[j * KP + d]));
-            x.Wf[((r0 + i) * HV + hv) * K + d] = t;
-        }
+        lower_products<false>(
+            Ti, C, [&](int j, int d) { return beta[j] * (k[j * KP + d] * G[j * KP + d]); }, L, K,
+            [&](int i, int d, float t) { x.Wf[((r0 + i) * HV + hv) * K + d] = t; });
         __syncthreads();
     }
     // e^G becomes w's operand round(β k̂ e^G)
@@ -132,22 +122,18 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
     }
     __syncthreads();
     // w = round(round(Ti) kb), u = round(round(Ti) round(β v)), each stored
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int i = e / K, d = e % K;
-        float t = 0.f;
-        for (int j = 0; j <= i; ++j) t += A[i * C + j] * G[j * KP + d];
-        store(x.w, in, ((r0 + i) * HV + hv) * K + d, t);
-    }
+    lower_products<false>(
+        A, C, [&](int j, int d) { return G[j * KP + d]; }, L, K,
+        [&](int i, int d, float t) { store(x.w, in, ((r0 + i) * HV + hv) * K + d, t); });
     for (int c0 = 0; c0 < V; c0 += kTile) {
         gather_tile(L, kTile, p.v.data, p.v.dtype, at(p.v, s, t0, hv), p.v.st, c0, V,
                     [&](int j, int c, float v) { vb[j * kTile + c] = rounded(beta[j] * v, in); });
         __syncthreads();
-        for (int e = tid; e < L * kTile; e += kThreads) {
-            const int i = e / kTile, c = c0 + e % kTile;
-            float t = 0.f;
-            for (int j = 0; j <= i; ++j) t += A[i * C + j] * vb[j * kTile + e % kTile];
-            if (c < V) store(x.u, in, ((r0 + i) * HV + hv) * V + c, t);
-        }
+        lower_products<false>(
+            A, C, [&](int j, int c) { return vb[j * kTile + c]; }, L, kTile,
+            [&](int i, int c, float t) {
+                if (c0 + c < V) store(x.u, in, ((r0 + i) * HV + hv) * V + c0 + c, t);
+            });
         __syncthreads();
     }
 }

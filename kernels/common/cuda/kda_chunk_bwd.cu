@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include <stdexcept>
+#include <type_traits>
 
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
@@ -348,43 +349,68 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float* dA = dT;
     // a warp per row, a lane per key: with X_ij = β_i dA_ij (j < i) and Y_ij = scale dA_qk[i, j]
     // (j ≤ i), each pair passes E_ij ⊙ k̂_j to row i and E_ij ⊙ k̂_i (or q̂_i) to column j; the
-    // lane takes its row's pairs (j ≤ i) and its column's (m ≥ i), forming each E once per use
-    for (int i = warp; i < L; i += kWarps) {
-        float sb = 0.f;  // Σ_d dkb ⊙ k̂ e^G + k̂ ⊙ Σ_j dA_ij E_ij k̂_j: dβ's key terms
-        for (int dd = lane; dd < K; dd += 32) {
-            const int64_t o = ((r0 + i) * HV + hv) * K + dd;
-            const float Gi = G[i * KP + dd], ki = k[i * KP + dd], qi = q[i * KP + dd];
-            float rowA = 0.f, qrow = 0.f, col = 0.f, qcol = 0.f;
+    // lane takes its row's pairs (j ≤ i) and its column's (m ≥ i), forming each E once per use.
+    // A lane's NV keys lane + 32 v go through the pairs together: they share each pair's reads
+    // of dA and dA_qk, and their sums are independent chains.
+    const auto rows = [&](auto keys_per_lane) {
+        constexpr int NV = decltype(keys_per_lane)::value;
+        // f(v, key) for each of the lane's keys
+        const auto keys = [&](auto&& f) {
+#pragma unroll
+            for (int v = 0; v < NV; ++v)
+                if (lane + 32 * v < K) f(v, lane + 32 * v);
+        };
+        for (int i = warp; i < L; i += kWarps) {
+            float Gi[NV], rowA[NV] = {}, qrow[NV] = {}, col[NV] = {}, qcol[NV] = {};
+            keys([&](int v, int dd) { Gi[v] = G[i * KP + dd]; });
             for (int j = 0; j <= i; ++j) {
-                const float e = j == i ? 1.f : expf(Gi - G[j * KP + dd]);
-                const float kj = k[j * KP + dd];
-                if (j < i) rowA += dA[i * C + j] * e * kj;
-                qrow += dov[i * C + j] * e * kj;
+                const float a = dA[i * C + j], qa = dov[i * C + j];
+                keys([&](int v, int dd) {
+                    const float e = j == i ? 1.f : expf(Gi[v] - G[j * KP + dd]);
+                    const float kj = k[j * KP + dd];
+                    if (j < i) rowA[v] += a * e * kj;
+                    qrow[v] += qa * e * kj;
+                });
             }
             for (int m = i; m < L; ++m) {
-                const float e = m == i ? 1.f : expf(G[m * KP + dd] - Gi);
-                if (m > i) col += beta[m] * dA[m * C + i] * e * k[m * KP + dd];
-                qcol += dov[m * C + i] * e * q[m * KP + dd];
+                const float a = beta[m] * dA[m * C + i], qa = dov[m * C + i];
+                keys([&](int v, int dd) {
+                    const float e = m == i ? 1.f : expf(G[m * KP + dd] - Gi[v]);
+                    if (m > i) col[v] += a * e * k[m * KP + dd];
+                    qcol[v] += qa * e * q[m * KP + dd];
+                });
             }
-            const float decay = expf(Gi), to_end = expf(G[(L - 1) * KP + dd] - Gi);
-            const float dkb = x.dw[o];
-            const float dq = x.dq[o] * decay * p.scale + qrow;
-            const float dk_kd = dkb * beta[i] * decay;
-            const float dk_kg = x.dkg[o] * to_end;
-            const float dk_row = beta[i] * rowA;
-            x.dq[o] = dq;
-            x.dw[o] = dk_kd + dk_kg + dk_row + col + qcol;
-            Z[i * KP + dd] = qi * dq + ki * (dk_kd + dk_row - col - qcol - dk_kg);
-            sb += dkb * (ki * decay) + ki * rowA;
+            float sb = 0.f;  // Σ_d dkb ⊙ k̂ e^G + k̂ ⊙ Σ_j dA_ij E_ij k̂_j: dβ's key terms
+            keys([&](int v, int dd) {
+                const int64_t o = ((r0 + i) * HV + hv) * K + dd;
+                const float ki = k[i * KP + dd], qi = q[i * KP + dd];
+                const float decay = expf(Gi[v]), to_end = expf(G[(L - 1) * KP + dd] - Gi[v]);
+                const float dkb = x.dw[o];
+                const float dq = x.dq[o] * decay * p.scale + qrow[v];
+                const float dk_kd = dkb * beta[i] * decay;
+                const float dk_kg = x.dkg[o] * to_end;
+                const float dk_row = beta[i] * rowA[v];
+                x.dq[o] = dq;
+                x.dw[o] = dk_kd + dk_kg + dk_row + col[v] + qcol[v];
+                Z[i * KP + dd] = qi * dq + ki * (dk_kd + dk_row - col[v] - qcol[v] - dk_kg);
+                sb += dkb * (ki * decay) + ki * rowA[v];
+            });
+            sb = warp_sum(sb);
+            if (lane == 0) {
+                const int64_t t = ck.c0 + i;
+                const float raw = load(p.beta.data, p.beta.dtype, at(p.beta, ck.s, t, hv));
+                store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, ck.s, t, hv),
+                      beta_backward(p, raw, x.dbv[(r0 + i) * HV + hv] + sb));
+            }
         }
-        sb = warp_sum(sb);
-        if (lane == 0) {
-            const int64_t t = ck.c0 + i;
-            const float raw = load(p.beta.data, p.beta.dtype, at(p.beta, ck.s, t, hv));
-            store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, ck.s, t, hv),
-                  beta_backward(p, raw, x.dbv[(r0 + i) * HV + hv] + sb));
-        }
-    }
+    };
+    using std::integral_constant;
+    if (K <= 64)
+        rows(integral_constant<int, 2>{});
+    else if (K <= 128)
+        rows(integral_constant<int, 4>{});
+    else
+        rows(integral_constant<int, kMaxDeltaChunkKeys / 32>{});
     __syncthreads();
     // G_last's share (exp(G_last) Σ h ⊙ dH + Σ_j kg_j ⊙ d_kg_j), then the reverse running sum
     // G's cumsum takes back, a thread per key
