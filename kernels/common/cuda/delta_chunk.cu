@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, Delt
     float* beta = vb + C * kTile;  // [C] β as used
     float* G = beta + C;           // [C] chunk-local cumsum of the log decay
     float* decay = G + C;          // [C] exp(G)
-    prep_rows(p, x, ck, hv, k, KP, beta, G, decay);
+    prep_rows<kMaxDeltaChunkKeys>(p, x, ck, hv, k, KP, beta, G, decay);
     // A_ij = ((k̂_i·k̂_j) exp(G_i − G_j)) β_i below the diagonal, in fp32 (the solve reads no
     // other entry)
     row_products<true>(

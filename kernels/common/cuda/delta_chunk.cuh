@@ -149,36 +149,37 @@ class ChunkWorkspace {
     int64_t bytes_;
 };
 
-/// A lane's elements lane + 32 m of one row of q or k, widened from the input dtype.
+/// A lane's elements lane + 32 m (m < M) of one row of q or k, widened from the input dtype.
+template <int M>
 struct KeyRow {
-    float x[kMaxDeltaChunkKeys / 32];
+    float x[M];
 };
 
 /// Row t of key head h of src (elements of type E) for this lane; zero past the keys.
-template <typename E>
-__device__ inline KeyRow fetch_row(const DeltaChunkProblem& p, const Strided& src, const Span& s,
-                                   int64_t t, int h) {
+template <typename E, int M>
+__device__ inline KeyRow<M> fetch_row(const DeltaChunkProblem& p, const Strided& src, const Span& s,
+                                      int64_t t, int h) {
     const int lane = threadIdx.x % 32;
     const E* x = static_cast<const E*>(src.data) + at(src, s, t, h) + lane;
-    KeyRow r;
+    KeyRow<M> r;
 #pragma unroll
-    for (int m = 0; m < kMaxDeltaChunkKeys / 32; ++m)
-        r.x[m] = lane + 32 * m < p.dk ? widened(x[32 * m]) : 0.f;
+    for (int m = 0; m < M; ++m) r.x[m] = lane + 32 * m < p.dk ? widened(x[32 * m]) : 0.f;
     return r;
 }
 
 /// A fetched row as the chunk kernels read it, by one warp: x / √(Σ x² + eps) rounded to the
 /// input dtype E with the in-kernel l2norm, x itself without. Written to `tile` (elements 0..K)
 /// where not nullptr, and to `kept` where not nullptr.
-template <typename E>
-__device__ inline void unit_row(const DeltaChunkProblem& p, const KeyRow& r, float* tile, E* kept) {
+template <typename E, int M>
+__device__ inline void unit_row(const DeltaChunkProblem& p, const KeyRow<M>& r, float* tile,
+                                E* kept) {
     const int lane = threadIdx.x % 32, K = p.dk;
     float ss = 0.f;
 #pragma unroll
-    for (int m = 0; m < kMaxDeltaChunkKeys / 32; ++m) ss += r.x[m] * r.x[m];
+    for (int m = 0; m < M; ++m) ss += r.x[m] * r.x[m];
     const float rstd = p.l2norm ? 1.f / sqrtf(warp_sum(ss) + kL2NormEps) : 1.f;
 #pragma unroll
-    for (int m = 0; m < kMaxDeltaChunkKeys / 32; ++m) {
+    for (int m = 0; m < M; ++m) {
         const int e = lane + 32 * m;
         if (e >= K) break;
         const float y = p.l2norm ? widened(narrow<E>(r.x[m] * rstd)) : r.x[m];
@@ -188,27 +189,30 @@ __device__ inline void unit_row(const DeltaChunkProblem& p, const KeyRow& r, flo
 }
 
 /// The k̂ rows of chunk ck for value head hv into `k` (row stride kp), and q̂ and k̂ into `qn`,
-/// `kn` by one value head of each key head. A warp takes two rows at a time and fetches their
-/// q and k before it uses any, so that it waits out one load latency for the four; the element
-/// type is fixed once for the loop (q, k and v share one dtype).
+/// `kn` by one value head of each key head, for keys up to Keys. A warp fetches the q and k of
+/// R rows before it uses any (R · Keys = 1024 floats a warp an array: 32 registers a lane), so
+/// that it waits out one load latency for them all; the element type is fixed once for the
+/// loop (q, k and v share one dtype).
+template <int Keys>
 __device__ inline void key_rows(const DeltaChunkProblem& p, const Chunk& ck, int hv, float* k,
                                 int kp, void* qn, void* kn) {
-    constexpr int kWarps = kDeltaChunkThreads / 32;
+    constexpr int kWarps = kDeltaChunkThreads / 32, M = Keys / 32;
+    constexpr int R = 32 / M < kMaxDeltaChunk / kWarps ? 32 / M : kMaxDeltaChunk / kWarps;
     const int h = hv / (p.value_heads / p.heads), L = ck.len;
     const bool keeps_keys = hv % (p.value_heads / p.heads) == 0;
     const int64_t t0 = ck.c0, r0 = row(p.seqs, ck.s, t0);
     with_element(p.q.dtype, [&](auto element) {
         using E = decltype(element);
-        for (int i0 = threadIdx.x / 32; i0 < L; i0 += 2 * kWarps) {
-            KeyRow kr[2], qr[2];
+        for (int i0 = threadIdx.x / 32; i0 < L; i0 += R * kWarps) {
+            KeyRow<M> kr[R], qr[R];
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
+            for (int u = 0; u < R; ++u) {
                 const int i = i0 + kWarps * u < L ? i0 + kWarps * u : i0;
-                kr[u] = fetch_row<E>(p, p.k, ck.s, t0 + i, h);
-                if (keeps_keys) qr[u] = fetch_row<E>(p, p.q, ck.s, t0 + i, h);
+                kr[u] = fetch_row<E, M>(p, p.k, ck.s, t0 + i, h);
+                if (keeps_keys) qr[u] = fetch_row<E, M>(p, p.q, ck.s, t0 + i, h);
             }
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
+            for (int u = 0; u < R; ++u) {
                 const int i = i0 + kWarps * u;
                 if (i >= L) break;
                 const int64_t r = ((r0 + i) * p.heads + h) * p.dk;
@@ -219,27 +223,30 @@ __device__ inline void key_rows(const DeltaChunkProblem& p, const Chunk& ck, int
     });
 }
 
-/// The delta rules' first pass, per row of chunk ck and value head hv: the k̂ rows into `k` (row
-/// stride kp, as stored), q̂ and k̂ into the workspace (by one value head of each key head), β as
-/// used, G the chunk-local cumsum of the log decay and decay = exp(G), G and β into the
-/// workspace too. By the whole block; the tiles are complete after its next barrier.
+/// The delta rules' first pass, per row of chunk ck and value head hv, for keys up to Keys: the
+/// k̂ rows into `k` (row stride kp, as stored), q̂ and k̂ into the workspace (by one value head
+/// of each key head), β as used, G the chunk-local cumsum of the log decay and decay = exp(G),
+/// G and β into the workspace too. By the whole block; the tiles are complete after its next
+/// barrier. β and the gate are fetched before the key rows, so that their loads are in flight
+/// with them.
+template <int Keys>
 __device__ inline void prep_rows(const DeltaChunkProblem& p, const DeltaChunkSaved& x,
                                  const Chunk& ck, int hv, float* k, int kp, float* beta, float* G,
                                  float* decay) {
     const int HV = p.value_heads, L = ck.len, tid = threadIdx.x;
     const Span& s = ck.s;
     const int64_t t0 = ck.c0, r0 = row(p.seqs, s, t0);
-    key_rows(p, ck, hv, k, kp, x.qn, x.kn);
-    for (int i = tid; i < L; i += kDeltaChunkThreads) {
-        beta[i] = activated_beta(p, load(p.beta.data, p.beta.dtype, at(p.beta, s, t0 + i, hv)));
-        float g = 0.f;
-        if (p.gate == DeltaGate::per_head) {
-            g = load(p.g.data, p.g.dtype, at(p.g, s, t0 + i, hv));
-            if (p.gate_in_kernel)
-                g = activated_gate(p, expf(p.A_log[hv]),
-                                   g + (p.dt_bias != nullptr ? p.dt_bias[hv] : 0.f));
-        }
-        G[i] = g;
+    static_assert(kMaxDeltaChunk <= kDeltaChunkThreads, "a row a thread");
+    const bool mine = tid < L, gated = p.gate == DeltaGate::per_head;
+    const float b = mine ? load(p.beta.data, p.beta.dtype, at(p.beta, s, t0 + tid, hv)) : 0.f;
+    const float g = mine && gated ? load(p.g.data, p.g.dtype, at(p.g, s, t0 + tid, hv)) : 0.f;
+    key_rows<Keys>(p, ck, hv, k, kp, x.qn, x.kn);
+    if (mine) {
+        beta[tid] = activated_beta(p, b);
+        G[tid] = gated && p.gate_in_kernel
+                     ? activated_gate(p, expf(p.A_log[hv]),
+                                      g + (p.dt_bias != nullptr ? p.dt_bias[hv] : 0.f))
+                     : g;
     }
     __syncthreads();
     if (tid == 0) {
@@ -283,11 +290,12 @@ __device__ inline void solve_unit_lower(const float* A, int ap, float* T, int tp
 #pragma unroll
         for (int c = 0; c < kCols; ++c)
             tm[c] = __shfl_sync(~0u, m < 32 ? t[c][0] : t[c][1], m % 32);
+            // the warp's later columns start further down: a predicate, not a branch
 #pragma unroll
         for (int c = 0; c < kCols; ++c) {
-            if (m < warp + kWarps * c) break;  // the warp's later columns start further down
-            if (r0) t[c][0] -= a0 * tm[c];
-            if (r1) t[c][1] -= a1 * tm[c];
+            const bool on = m >= warp + kWarps * c;
+            if (on && r0) t[c][0] -= a0 * tm[c];
+            if (on && r1) t[c][1] -= a1 * tm[c];
         }
     }
 #pragma unroll

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     const int L = ck.len, tid = threadIdx.x, warp = tid / 32;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0);
     const DType in = p.q.dtype;
-    prep_rows(p, x, ck, hv, &s.kf[0][0], KT + 1, s.beta, s.G, s.decay);
+    prep_rows<KT>(p, x, ck, hv, &s.kf[0][0], KT + 1, s.beta, s.G, s.decay);
     __syncthreads();
     // f(row, first column of the pair) over the pairs of adjacent columns of a [kRows, KT] tile
     const auto for_key_pairs = [&](auto&& f) {

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
     float* Ti = A + C * (C + 1);   // [C, C] (I + A)⁻¹ in fp32
     float* vb = Ti + C * C;        // [C, kTile] round(β v)
     float* beta = vb + C * kTile;  // [C] β as used
-    key_rows(p, ck, hv, k, KP, x.qn, x.kn);
+    key_rows<kMaxKdaChunkKeys>(p, ck, hv, k, KP, x.qn, x.kn);
     const float rate = p.gate_in_kernel ? expf(p.A_log[hv]) : 0.f;
     gather_tile(
         L, K, p.g.data, p.g.dtype, at(p.g, s, t0, hv), p.g.st, 0, K, [&](int i, int d, float g) {
@@ -222,16 +222,13 @@ __global__ void __launch_bounds__(kThreads) chunk_out(DeltaChunkProblem p, KdaCh
     load_tile(G, KP, L, K, x.G, DType::f32, (r0 * HV + hv) * K, HV * K);
     __syncthreads();
     // A_qk = round(scale Σ_d (q̂_id k̂_jd) exp(G_id − G_jd)) for j ≤ i
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        float t = 0.f;
-        if (j <= i) {
-            for (int d = 0; d < K; ++d)
-                t += q[i * KP + d] * k[j * KP + d] * expf(G[i * KP + d] - G[j * KP + d]);
-            t = rounded(p.scale * t, in);
-        }
-        P[i * C + j] = t;
-    }
+    decayed_products(
+        L, K, [&](int i, int d) { return q[i * KP + d]; },
+        [&](int j, int d) { return k[j * KP + d]; }, [&](int i, int d) { return G[i * KP + d]; },
+        [&](int i, int j, float t) { P[i * C + j] = rounded(p.scale * t, in); });
+    for (int e = tid; e < L * L; e += kThreads)
+        if (e % L > e / L) P[e / L * C + e % L] = 0.f;  // above the diagonal
+
     __syncthreads();
     for (int e = tid; e < L * K; e += kThreads) {
         const int i = e / K, d = e % K;

@@ -102,16 +102,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, p.heads * K);
     load_tile(G, KP, L, K, x.f.G, DType::f32, (r0 * HV + hv) * K, HV * K);
     __syncthreads();
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        float a = 0.f;
-        if (j <= i) {
-            for (int dd = 0; dd < K; ++dd)
-                a += q[i * KP + dd] * k[j * KP + dd] * expf(G[i * KP + dd] - G[j * KP + dd]);
-            a *= p.scale;
-        }
-        x.P[((slot * HV + hv) * C + i) * C + j] = a;
-    }
+    float* P = x.P + (slot * HV + hv) * C * C;
+    decayed_products(
+        L, K, [&](int i, int dd) { return q[i * KP + dd]; },
+        [&](int j, int dd) { return k[j * KP + dd]; },
+        [&](int i, int dd) { return G[i * KP + dd]; },
+        [&](int i, int j, float a) { P[i * C + j] = a * p.scale; });
+    for (int e = tid; e < L * L; e += kThreads)
+        if (e % L > e / L) P[e / L * C + e % L] = 0.f;  // above the diagonal
 }
 
 /// Pass 2b, a block per (sequence, value head, kTile value columns). One key tile at a time
