@@ -190,7 +190,7 @@ __device__ inline void unit_row(const DeltaChunkProblem& p, const KeyRow<M>& r, 
 
 /// The k̂ rows of chunk ck for value head hv into `k` (row stride kp), and q̂ and k̂ into `qn`,
 /// `kn` by one value head of each key head, for keys up to Keys. A warp fetches the q and k of
-/// R rows before it uses any (R · Keys = 1024 floats a warp an array: 32 registers a lane), so
+/// R rows before it uses any (R · Keys ≤ 1024 floats a warp an array: ≤ 32 registers a lane), so
 /// that it waits out one load latency for them all; the element type is fixed once for the
 /// loop (q, k and v share one dtype).
 template <int Keys>
