@@ -225,6 +225,15 @@ __device__ __forceinline__ int64_t row(const Sequences& q, const Span& s, int64_
     return s.b * q.t + s.bos + t;
 }
 
+/// exp(x) as one multiply and one ex2.approx, results below FLT_MIN flushed to zero: a few fp32
+/// ulps from expf (which takes about eight instructions) for the arguments the kernels' decays
+/// give, where a pairwise factor is formed once per term of a sum.
+__device__ __forceinline__ float fast_exp(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+}
+
 __device__ __forceinline__ float warp_sum(float x) {
     for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;

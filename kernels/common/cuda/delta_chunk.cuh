@@ -366,9 +366,10 @@ __device__ inline void lower_transposed_all(const float* T, int C, const float* 
 
 /// put(i, j, Σ_d x(i, d) y(j, d) e^{g(i, d) − g(j, d)}) for every j ≤ i < L, each sum in
 /// ascending d < K with the factor formed per pair, never as e^{G_i} e^{−G_j} (which overflows
-/// under strong decay): kda's scores. A thread takes rows threadIdx.x / 16 + 16 u and columns
-/// threadIdx.x % 16 + 16 v, v ≤ u (the tiles v > u lie above the diagonal): a step reads 16
-/// values for up to 16 terms, where a thread per element read 4 for 1.
+/// under strong decay), by fast_exp (expf was most of the sum's instructions): kda's scores. A
+/// thread takes rows threadIdx.x / 16 + 16 u and columns threadIdx.x % 16 + 16 v, v ≤ u (the
+/// tiles v > u lie above the diagonal): a step reads 16 values for up to 16 terms, where a
+/// thread per element read 4 for 1.
 template <typename X, typename Y, typename Gd, typename Put>
 __device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&& put) {
     static_assert(kDeltaChunkThreads == 256 && kMaxDeltaChunk == 64,
@@ -391,7 +392,7 @@ __device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&
 #pragma unroll
         for (int u = 0; u < 4; ++u)
 #pragma unroll
-            for (int v = 0; v <= u; ++v) acc[u][v] += xi[u] * yj[v] * expf(gi[u] - gj[v]);
+            for (int v = 0; v <= u; ++v) acc[u][v] += xi[u] * yj[v] * fast_exp(gi[u] - gj[v]);
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u)

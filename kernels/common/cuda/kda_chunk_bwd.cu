@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int j = 0; j <= i; ++j) {
                 const float a = dA[i * C + j], qa = dov[i * C + j];
                 keys([&](int v, int dd) {
-                    const float e = j == i ? 1.f : expf(Gi[v] - G[j * KP + dd]);
+                    const float e = j == i ? 1.f : fast_exp(Gi[v] - G[j * KP + dd]);
                     const float kj = k[j * KP + dd];
                     if (j < i) rowA[v] += a * e * kj;
                     qrow[v] += qa * e * kj;
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int m = i; m < L; ++m) {
                 const float a = beta[m] * dA[m * C + i], qa = dov[m * C + i];
                 keys([&](int v, int dd) {
-                    const float e = m == i ? 1.f : expf(G[m * KP + dd] - Gi[v]);
+                    const float e = m == i ? 1.f : fast_exp(G[m * KP + dd] - Gi[v]);
                     if (m > i) col[v] += a * e * k[m * KP + dd];
                     qcol[v] += qa * e * q[m * KP + dd];
                 });

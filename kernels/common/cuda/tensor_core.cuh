@@ -191,13 +191,6 @@ __device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
 
 __device__ __forceinline__ void copies_wait() { asm volatile("cp.async.wait_all;\n" ::); }
 
-/// exp(x) as one multiply and one ex2.approx, results below FLT_MIN flushed to zero.
-__device__ __forceinline__ float fast_exp(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
-    return y;
-}
-
 /// Threads of a block of the tensor-core kernels.
 constexpr int kTensorCoreThreads = 256;
 
