@@ -559,6 +559,43 @@ __device__ inline void value_column_sums(const DeltaChunkProblem& p, const Delta
     }
 }
 
+/// The end of the backward's keys pass over chunk ck, value head hv (its FMA and tensor-core
+/// forms): from ∂L/∂G_i before the reverse sum (dG), dβ as used (db) and k̂_i·dk_inter_i (kdk) in
+/// shared memory, the carry's share on the last row, exp(G_last)⟨h, dH⟩ + Σ_j kdk_j, and the
+/// reverse running sum that G's cumsum takes back; then dβ and dg through their activations,
+/// stored, and the in-kernel gate's per-row terms into dA_log, ddt ([rows, HV]). `hdH` is the
+/// chunk's ⟨h, dH⟩. Taken by the whole block.
+__device__ inline void store_key_grads(const DeltaChunkProblem& p, const DeltaGrads& d,
+                                       const Chunk& ck, int hv, int64_t r0, const float* G,
+                                       float* dG, const float* db, const float* kdk,
+                                       const float* hdH, float* dA_log, float* ddt) {
+    const int L = ck.len, HV = p.value_heads;
+    if (threadIdx.x == 0 && p.gate != DeltaGate::none) {
+        float carry = 0.f;
+        for (int j = 0; j < L; ++j) carry += kdk[j];
+        dG[L - 1] += expf(G[L - 1]) * *hdH + carry;
+        float acc = 0.f;
+        for (int i = L; i-- > 0;) dG[i] = acc += dG[i];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < L; i += kDeltaChunkThreads) {
+        const int64_t t = ck.c0 + i;
+        const float raw = load(p.beta.data, p.beta.dtype, at(p.beta, ck.s, t, hv));
+        store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, ck.s, t, hv), beta_backward(p, raw, db[i]));
+        if (p.gate == DeltaGate::none) continue;
+        float dg = dG[i];
+        if (p.gate_in_kernel) {
+            const float bias = p.dt_bias != nullptr ? p.dt_bias[hv] : 0.f;
+            const GateGrads gg = gate_backward(
+                p, expf(p.A_log[hv]), load(p.g.data, p.g.dtype, at(p.g, ck.s, t, hv)) + bias, dg);
+            dg = gg.d_arg;
+            dA_log[(r0 + i) * HV + hv] = gg.d_A_log;
+            ddt[(r0 + i) * HV + hv] = gg.d_arg;
+        }
+        store(d.dg.data, d.dg.dtype, at(d.dg, ck.s, t, hv), dg);
+    }
+}
+
 /// The backward's last pass: dq and dk from the per-value-head gradients `dq`, `dk` ([rows, HV,
 /// K] fp32), summed over each key head's value heads in order, then back through the l2norm,
 /// dx = (dx̂ − (dx̂·y) y) rstd, rounded once. y is q̂, k̂ as the forward stored them (`qn`, `kn`

@@ -1,6 +1,7 @@
 // kernels/common/cuda/delta_chunk_bwd.cu — the delta rule's chunk (WY / UT) backward on CUDA for
 // delta_rule and gated_delta_rule, in fp32 FMA arithmetic; where the forward runs on tensor cores
-// and d_o is in the input dtype, passes 2 and 3 do too (delta_chunk_tc.cu, delta_chunk_bwd_tc.cu).
+// and d_o is in the input dtype, passes 2 to 4 do too (delta_chunk_tc.cu, delta_chunk_bwd_tc.cu,
+// delta_chunk_keys_tc.cu).
 //
 // The CPU chunk backward (common/cpu/delta_chunk.h chunk_bwd) in five passes, each value
 // rounded where that contract rounds it:
@@ -499,32 +500,7 @@ __global__ void __launch_bounds__(kThreads) keys_bwd(DeltaChunkProblem p, DeltaG
     else
         row_blocks(integral_constant<int, 2>{}, integral_constant<int, 8>{});
     __syncthreads();
-    if (tid == 0 && p.gate != DeltaGate::none) {
-        // the carry's share on the last row, exp(G_last)⟨h, dH⟩ + Σ_j k_j·dk_inter_j, then the
-        // reverse running sum G's cumsum takes back
-        float carry = 0.f;
-        for (int j = 0; j < L; ++j) carry += kdk[j];
-        dG[L - 1] += expf(G[L - 1]) * x.hdH[slot * HV + hv] + carry;
-        float acc = 0.f;
-        for (int i = L; i-- > 0;) dG[i] = acc += dG[i];
-    }
-    __syncthreads();
-    for (int i = tid; i < L; i += kThreads) {
-        const int64_t t = ck.c0 + i;
-        const float raw = load(p.beta.data, p.beta.dtype, at(p.beta, ck.s, t, hv));
-        store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, ck.s, t, hv), beta_backward(p, raw, db[i]));
-        if (p.gate == DeltaGate::none) continue;
-        float dg = dG[i];
-        if (p.gate_in_kernel) {
-            const float bias = p.dt_bias != nullptr ? p.dt_bias[hv] : 0.f;
-            const GateGrads gg = gate_backward(
-                p, expf(p.A_log[hv]), load(p.g.data, p.g.dtype, at(p.g, ck.s, t, hv)) + bias, dg);
-            dg = gg.d_arg;
-            x.dA_log[(r0 + i) * HV + hv] = gg.d_A_log;
-            x.ddt[(r0 + i) * HV + hv] = gg.d_arg;
-        }
-        store(d.dg.data, d.dg.dtype, at(d.dg, ck.s, t, hv), dg);
-    }
+    store_key_grads(p, d, ck, hv, r0, G, dG, db, kdk, x.hdH + slot * HV + hv, x.dA_log, x.ddt);
 }
 
 /// Pass 5, a warp per (row, key head): finish_chunk_keys().
@@ -624,15 +600,17 @@ void delta_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream
         launch_chunk_kernel(
             state_bwd, dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
             C * KP + C * C + 2 * C * kTile + 2 * K * kTile + 2 * C, stream, p, d, x);
+    const DeltaValueSums sums{x.dH, x.dvn, x.dw, x.dq, x.dk, x.dov, x.dT, x.dbv, x.hdH};
     if (slots > 0 && tensor_cores)
-        delta_chunk_values_bwd_tc(
-            p, d, x.f, {x.dH, x.dvn, x.dw, x.dq, x.dk, x.dov, x.dT, x.dbv, x.hdH}, slots, stream);
+        delta_chunk_values_bwd_tc(p, d, x.f, sums, slots, stream);
     else if (slots > 0)
         launch_chunk_kernel(values_bwd, dim3(unsigned(slots), unsigned(HV)),
                             whole_float4s(C * C) + 2 * C * C + 2 * KH * kColRow + 4 * C * kColRow +
                                 3 * C * KH + 3 * C + kWarps,
                             stream, p, d, x);
-    if (slots > 0)
+    if (slots > 0 && tensor_cores)
+        delta_chunk_keys_bwd_tc(p, d, x.f, sums, x.dA_log, x.ddt, slots, stream);
+    else if (slots > 0)
         launch_chunk_kernel(keys_bwd, dim3(unsigned(slots), unsigned(HV)),
                             C * KP + C * K + 2 * C * C + 2 * C * (C + 1) + 5 * C, stream, p, d, x);
     finish_chunk_keys(p, d, x.dq, x.dk, x.f.qn, x.f.kn, stream);

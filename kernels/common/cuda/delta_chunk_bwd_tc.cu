@@ -15,8 +15,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <type_traits>
-
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/delta_chunk_tc.cuh"
 #include "common/cuda/kda_chunk_cuda.h"
@@ -417,25 +415,12 @@ void launch(const DeltaChunkProblem& p, const DeltaGrads& d, const ValueInputs& 
 
 void delta_chunk_scores_bwd_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& f, float* P,
                                int64_t slots, cudaStream_t stream) {
-    const auto keys = [&](auto type) {
+    with_tiles(p, [&](auto type, auto keys) {
         using T = decltype(type);
-        const auto go = [&](auto kt) {
-            constexpr int KT = decltype(kt)::value;
-            launch_chunk_kernel(scores_bwd_tc<T, KT>,
-                                dim3(unsigned(slots), unsigned(p.value_heads)),
-                                int64_t(sizeof(ScoreTiles<T, KT>) + 3) / 4, stream, p, f, P);
-        };
-        if (p.dk <= 64)
-            go(std::integral_constant<int, 64>{});
-        else if (p.dk <= 128)
-            go(std::integral_constant<int, 128>{});
-        else
-            go(std::integral_constant<int, 256>{});
-    };
-    if (p.q.dtype == DType::bf16)
-        keys(__nv_bfloat16{});
-    else
-        keys(__half{});
+        constexpr int KT = decltype(keys)::value;
+        launch_chunk_kernel(scores_bwd_tc<T, KT>, dim3(unsigned(slots), unsigned(p.value_heads)),
+                            int64_t(sizeof(ScoreTiles<T, KT>) + 3) / 4, stream, p, f, P);
+    });
 }
 
 void delta_chunk_values_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,

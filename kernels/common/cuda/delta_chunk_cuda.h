@@ -102,6 +102,14 @@ void delta_chunk_values_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
                                const DeltaChunkSaved& f, const DeltaValueSums& x, int64_t slots,
                                cudaStream_t stream);
 
+/// The backward's keys pass on tensor cores, where its sums over value columns take them too:
+/// over `slots` chunk slots, through w = Ti kb, Ti = (I + A)⁻¹ and A, from the forward's values f
+/// and the sums x (its dq, dk, the state terms, become dq̂ and dk̂ per value head); dβ and dg
+/// stored, the in-kernel gate's per-row terms into dA_log and ddt ([rows, HV]).
+void delta_chunk_keys_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
+                             const DeltaChunkSaved& f, const DeltaValueSums& x, float* dA_log,
+                             float* ddt, int64_t slots, cudaStream_t stream);
+
 /// Scratch of the chunk backward in fp32 elements.
 int64_t delta_chunk_workspace_floats(const DeltaChunkProblem& p);
 

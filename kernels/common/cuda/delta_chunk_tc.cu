@@ -17,7 +17,6 @@
 
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/delta_chunk_tc.cuh"
@@ -703,20 +702,6 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
                            c + 1 < V);
             }
     }
-}
-
-/// f(T{}, KT) for the problem's 16-bit input type T and its keys padded to KT = 64, 128 or 256.
-template <typename F>
-void with_tiles(const DeltaChunkProblem& p, F&& f) {
-    const auto keys = [&](auto type) {
-        if (p.dk <= 64) return f(type, std::integral_constant<int, 64>{});
-        if (p.dk <= 128) return f(type, std::integral_constant<int, 128>{});
-        f(type, std::integral_constant<int, 256>{});
-    };
-    if (p.q.dtype == DType::bf16)
-        keys(__nv_bfloat16{});
-    else
-        keys(__half{});
 }
 
 template <bool PerKey>

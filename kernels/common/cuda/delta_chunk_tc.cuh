@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda/delta_chunk.cuh"
 #include "common/cuda/tensor_core.cuh"
@@ -122,6 +123,20 @@ __device__ __forceinline__ void split_pair_parts(T (*parts)[R][P], int r, int c,
         x0 -= f.x;
         x1 -= f.y;
     }
+}
+
+/// f(T{}, KT) for the problem's 16-bit input type T and its keys padded to KT = 64, 128 or 256.
+template <typename F>
+inline void with_tiles(const DeltaChunkProblem& p, F&& f) {
+    const auto keys = [&](auto type) {
+        if (p.dk <= 64) return f(type, std::integral_constant<int, 64>{});
+        if (p.dk <= 128) return f(type, std::integral_constant<int, 128>{});
+        f(type, std::integral_constant<int, 256>{});
+    };
+    if (p.q.dtype == DType::bf16)
+        keys(__nv_bfloat16{});
+    else
+        keys(__half{});
 }
 
 }  // namespace lav::cuda
