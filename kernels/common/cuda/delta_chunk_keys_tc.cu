@@ -30,8 +30,8 @@ struct KeyPassTiles {
     alignas(16) T dov[kParts][kRows][kSquare];  // scale (dO v_newᵀ ⊙ D)
     alignas(16) T x[kParts][kRows][kSquare];    // dT, then X = Tiᵀ dT, then the key weights W
     union {
-        alignas(16) T dw[kParts][kRows][kRoundKeys + 8];  // a round's dw
-        float M[kRows][kRows + 1];                        // M, then M ⊙ k̂ k̂ᵀ
+        alignas(16) T dw[kParts][kRows][kSquare];  // a round's dw
+        float M[kRows][kRows + 1];                 // M, then M ⊙ k̂ k̂ᵀ
     };
     float G[kRows], beta[kRows];
     float dG[kRows], db[kRows], kdk[kRows];  // ∂L/∂G before the reverse sum, dβ, k̂·dk_inter
@@ -60,22 +60,28 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         s.G[i] = i < L ? f.G[(r0 + i) * HV + hv] : 0.f;
         s.beta[i] = i < L ? f.beta[(r0 + i) * HV + hv] : 0.f;
     }
-    // fp32 tiles into parts two adjacent columns at a time, zeros past the chunk
-    constexpr int kPairs = kRows / 2, kRoundPairs = kRoundKeys / 2;
-    for (int e = tid; e < kRows * kPairs; e += kDeltaChunkThreads) {
-        const int i = e / kPairs, j = e % kPairs * 2;
-        const float* src = x.dov + cc + i * C + j;
-        split_pair_parts(s.dov, i, j, i < L && j < L ? src[0] : 0.f,
-                         i < L && j + 1 < L ? src[1] : 0.f);
-    }
-    const auto take_dw = [&](int k0) {
-        for (int e = tid; e < kRows * kRoundPairs; e += kDeltaChunkThreads) {
-            const int i = e / kRoundPairs, c = e % kRoundPairs * 2, dd = k0 + c;
-            const float* src = x.dw + ko + int64_t(i) * HV * K + dd;
-            split_pair_parts(s.dw, i, c, i < L && dd < K ? src[0] : 0.f,
-                             i < L && dd + 1 < K ? src[1] : 0.f);
+    // [64, 64] fp32 tiles into parts two adjacent columns at a time, zeros past the chunk: a
+    // thread's loads all issued before its first split, so that it waits out one latency
+    static_assert(kRoundKeys == kRows, "dw's rounds are square tiles");
+    constexpr int kPairs = kRows / 2, kPerThread = kRows * kPairs / kDeltaChunkThreads;
+    const auto take = [&](T(*parts)[kRows][kSquare], const float* src, int64_t pitch, int rows,
+                          int cols) {
+        float2 v[kPerThread];
+#pragma unroll
+        for (int n = 0; n < kPerThread; ++n) {
+            const int e = tid + n * kDeltaChunkThreads, i = e / kPairs, j = e % kPairs * 2;
+            const float* at = src + i * pitch + j;
+            v[n] = make_float2(i < rows && j < cols ? at[0] : 0.f,
+                               i < rows && j + 1 < cols ? at[1] : 0.f);
+        }
+#pragma unroll
+        for (int n = 0; n < kPerThread; ++n) {
+            const int e = tid + n * kDeltaChunkThreads;
+            split_pair_parts(parts, e / kPairs, e % kPairs * 2, v[n].x, v[n].y);
         }
     };
+    take(s.dov, x.dov + cc, C, L, L);
+    const auto take_dw = [&](int k0) { take(s.dw, x.dw + ko + k0, int64_t(HV) * K, L, K - k0); };
     copies_wait();
     __syncthreads();
     for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads)
@@ -90,7 +96,27 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
     // warp w: rows rb + [0, 16) of every product, columns cb + [0, 32) of the [chunk, chunk]
     // ones and of a round's keys
     const int rb = 16 * (warp % 4), half = warp / 4, cb = 32 * half;
-    uint32_t a[kParts][4], b[2];
+    uint32_t a[kParts][4], b[2], bn[4][2];
+    // acc[nt] += Σ_q a[q] bn[nt], the four accumulators' chains interleaved
+    const auto mma_tiles = [](float(&acc)[4][4], const uint32_t(&a)[kParts][4],
+                              const uint32_t(&bn)[4][2]) {
+#pragma unroll
+        for (int q = 0; q < kParts; ++q)
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) Half16<T>::mma(acc[nt], a[q], bn[nt]);
+    };
+    // acc[nt] += a0 · Σ_q x[q] over the columns c0 + 8 nt from contraction m0 (x stored
+    // [contraction][column] in parts)
+    const auto mma_parts_b = [&](float(&acc)[4][4], const uint32_t(&a0)[4], T(*x)[kRows][kSquare],
+                                 int m0, int c0) {
+#pragma unroll
+        for (int q = 0; q < kParts; ++q) {
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) fragment_b_rows(bn[nt], x[q], m0, c0 + 8 * nt);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) Half16<T>::mma(acc[nt], a0, bn[nt]);
+        }
+    };
     // a [chunk, chunk] accumulator into parts in t (rows and columns past the chunk zero)
     const auto keep = [&](T(*t)[kRows][kSquare], const float(&acc)[4][4], auto&& value) {
 #pragma unroll
@@ -104,8 +130,15 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
             }
     };
     {
-        // dT = dT_v + dw kbᵀ over the key rounds
-        float acc[4][4] = {};
+        // dT = dT_v + dw kbᵀ over the key rounds, dT_v fetched first
+        float acc[4][4] = {}, dT[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
+                dT[nt][u] = i < L && j < L ? x.dT[cc + i * C + j] : 0.f;
+            }
         for (int k0 = 0; k0 < K; k0 += kRoundKeys) {
             __syncthreads();  // the round before is done with dw's parts
             take_dw(k0);
@@ -114,14 +147,15 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
 #pragma unroll
                 for (int q = 0; q < kParts; ++q) fragment_a(a[q], s.dw[q], rb, kk);
 #pragma unroll
-                for (int nt = 0; nt < 4; ++nt) {
-                    fragment_b(b, s.y, cb + 8 * nt, k0 + kk);
-#pragma unroll
-                    for (int q = 0; q < kParts; ++q) Half16<T>::mma(acc[nt], a[q], b);
-                }
+                for (int nt = 0; nt < 4; ++nt) fragment_b(bn[nt], s.y, cb + 8 * nt, k0 + kk);
+                mma_tiles(acc, a, bn);
             }
         }
-        keep(s.x, acc, [&](int i, int j, float v) { return x.dT[cc + i * C + j] + v; });
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) acc[nt][u] += dT[nt][u];
+        keep(s.x, acc, [](int, int, float v) { return v; });
     }
     __syncthreads();  // kb is read
     copy_rows<kRows, KT>(s.y, f.qn, keys, int64_t(p.heads) * K, L, K);
@@ -130,13 +164,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         float acc[4][4] = {};
         for (int m0 = rb; m0 < L; m0 += 16) {
             fragment_a_rows(a[0], s.Ti, m0, rb);
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                for (int q = 0; q < kParts; ++q) {
-                    fragment_b_rows(b, s.x[q], m0, cb + 8 * nt);
-                    Half16<T>::mma(acc[nt], a[0], b);
-                }
+            mma_parts_b(acc, a[0], s.x, m0, cb);
         }
         __syncthreads();  // dT is read
         keep(s.x, acc, [](int, int, float v) { return v; });
@@ -189,11 +217,14 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
 #pragma unroll
             for (int u = 0; u < 4; ++u) s.M[rb + acc_row(u)][cb + 8 * nt + acc_col(u)] *= kk[nt][u];
         __syncthreads();
-        // E = M ⊙ k̂ k̂ᵀ's terms: dβ's Σ_{j<i} E_ij, ∂L/∂G's β_i Σ_{j<i} E_ij − Σ_{j>i} E_ji β_j
-        for (int i = tid; i < L; i += kDeltaChunkThreads) {
-            float mk = 0.f, above = 0.f;
-            for (int j = 0; j < i; ++j) mk += s.M[i][j];
-            for (int j = i + 1; j < L; ++j) above += s.M[j][i] * s.beta[j];
+        // E = M ⊙ k̂ k̂ᵀ's terms, a warp a row and a lane two columns: dβ's Σ_{j<i} E_ij, ∂L/∂G's
+        // β_i Σ_{j<i} E_ij − Σ_{j>i} E_ji β_j (E is zero on and above the diagonal)
+        for (int i = warp; i < L; i += kDeltaChunkThreads / 32) {
+            float mk = s.M[i][lane] + s.M[i][lane + 32], above = 0.f;
+            for (int j = lane; j < L; j += 32) above += s.M[j][i] * s.beta[j];
+            mk = warp_sum(mk);
+            above = warp_sum(above);
+            if (lane != 0) continue;
             s.db[i] = mk;
             s.dG[i] = mk * s.beta[i] - above;
         }
@@ -212,43 +243,38 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         __syncthreads();  // E's sums, or the round before, are done with dw's place
         take_dw(k0);
         __syncthreads();
+        // the state terms fetched before the products, which hide their latency
+        float dq_state[4][4], dk_state[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = rb + acc_row(u), dd = k0 + cb + 8 * nt + acc_col(u);
+                const int64_t o = ko + int64_t(i) * HV * K + dd;
+                dq_state[nt][u] = i < L && dd < K ? x.dq[o] : 0.f;
+                dk_state[nt][u] = i < L && dd < K ? x.dk[o] : 0.f;
+            }
         // dov k̂ (j ≤ i), W k̂, dovᵀ q̂ (j ≥ i) and Tiᵀ dw (j ≥ i)
         float dq[4][4] = {}, dk[4][4] = {}, in[4][4] = {}, kb[4][4] = {};
         for (int m0 = 0; m0 < L; m0 += 16) {
-            uint32_t bk[4][2];
 #pragma unroll
             for (int q = 0; q < kParts; ++q) fragment_a(a[q], s.x[q], rb, m0);
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                fragment_b_rows(bk[nt], s.k, m0, k0 + cb + 8 * nt);
-#pragma unroll
-                for (int q = 0; q < kParts; ++q) Half16<T>::mma(dk[nt], a[q], bk[nt]);
-            }
+            for (int nt = 0; nt < 4; ++nt) fragment_b_rows(bn[nt], s.k, m0, k0 + cb + 8 * nt);
+            mma_tiles(dk, a, bn);
             if (m0 <= rb) {
 #pragma unroll
                 for (int q = 0; q < kParts; ++q) fragment_a(a[q], s.dov[q], rb, m0);
-#pragma unroll
-                for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                    for (int q = 0; q < kParts; ++q) Half16<T>::mma(dq[nt], a[q], bk[nt]);
+                mma_tiles(dq, a, bn);
             }
             if (m0 < rb) continue;
 #pragma unroll
             for (int q = 0; q < kParts; ++q) fragment_a_rows(a[q], s.dov[q], m0, rb);
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                fragment_b_rows(b, s.y, m0, k0 + cb + 8 * nt);
-#pragma unroll
-                for (int q = 0; q < kParts; ++q) Half16<T>::mma(in[nt], a[q], b);
-            }
+            for (int nt = 0; nt < 4; ++nt) fragment_b_rows(bn[nt], s.y, m0, k0 + cb + 8 * nt);
+            mma_tiles(in, a, bn);
             fragment_a_rows(a[0], s.Ti, m0, rb);
-#pragma unroll
-            for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-                for (int q = 0; q < kParts; ++q) {
-                    fragment_b_rows(b, s.dw[q], m0, cb + 8 * nt);
-                    Half16<T>::mma(kb[nt], a[0], b);
-                }
+            mma_parts_b(kb, a[0], s.dw, m0, cb);
         }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
@@ -257,8 +283,8 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
                 const int i = rb + acc_row(u), dd = k0 + cb + 8 * nt + acc_col(u), r = u / 2;
                 if (i >= L || dd >= K) continue;
                 const int64_t o = ko + int64_t(i) * HV * K + dd;
-                const float inter = x.dk[o] * fe[r];
-                const float dqv = x.dq[o] * fq[r] + dq[nt][u];
+                const float inter = dk_state[nt][u] * fe[r];
+                const float dqv = dq_state[nt][u] * fq[r] + dq[nt][u];
                 const float intra = in[nt][u] + inter;
                 x.dq[o] = dqv;
                 x.dk[o] = intra + kb[nt][u] * fb[r] + dk[nt][u];
