@@ -67,15 +67,10 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
             Half16<T>::mma(acc[nt], a, b);
         }
     }
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
-            if (i >= L || j >= L) continue;
-            P[((slot * HV + hv) * C + i) * C + j] =
-                j <= i ? acc[nt][u] * expf(s.G[i] - s.G[j]) : 0.f;
-        }
+    each_accumulator<4>(rb, cb, [&](int nt, int u, int i, int j) {
+        if (i >= L || j >= L) return;
+        P[((slot * HV + hv) * C + i) * C + j] = j <= i ? acc[nt][u] * expf(s.G[i] - s.G[j]) : 0.f;
+    });
 }
 
 /// A staged tile's row: kValueCols elements as loaded, fp32 or 16-bit (then in its first half).
@@ -276,20 +271,16 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
                             Half16<T>::mma(db[nt], at[q], b);
                     }
             }
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int u = 0; u < 4; u += 2) {
-                    const int i = rb + acc_row(u), c = cv + 8 * nt + acc_col(u);
-                    if (i >= L || c0 + c >= V) continue;
-                    store_pair(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c,
-                               db[nt][u] * s.beta[i], db[nt][u + 1] * s.beta[i], c0 + c + 1 < V);
-                    // kda's v is exact in T, as the inputs' dtype
-                    const float2 v = PerKey ? to_float2<T>(word(&s.vb[i][c]))
-                                            : make_float2(s.v[i][c], s.v[i][c + 1]);
-                    dbv[u / 2] += db[nt][u] * v.x;
-                    dbv[u / 2] += db[nt][u + 1] * v.y;
-                }
+            each_accumulator<2, true>(rb, cv, [&](int nt, int u, int i, int c) {
+                if (i >= L || c0 + c >= V) return;
+                store_pair(d.dv.data, d.dv.dtype, at(d.dv, ck.s, ck.c0 + i, hv) + c0 + c,
+                           db[nt][u] * s.beta[i], db[nt][u + 1] * s.beta[i], c0 + c + 1 < V);
+                // kda's v is exact in T, as the inputs' dtype
+                const float2 v = PerKey ? to_float2<T>(word(&s.vb[i][c]))
+                                        : make_float2(s.v[i][c], s.v[i][c + 1]);
+                dbv[u / 2] += db[nt][u] * v.x;
+                dbv[u / 2] += db[nt][u + 1] * v.y;
+            });
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -297,21 +288,17 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
             dbv[r] += __shfl_xor_sync(~0u, dbv[r], 2);
             if (lane % 4 == 0) s.dbv[half][rb + lane / 4 + 8 * r] = dbv[r];
         }
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
-                if (i >= L || j >= L) continue;
-                const int64_t o = ((slot * HV + hv) * C + i) * C + j;
-                if constexpr (PerKey) {
-                    x.dov[o] = ov[nt][u];
-                    x.dT[o] = tv[nt][u] * s.beta[j];
-                } else {
-                    x.dov[o] = j <= i ? ov[nt][u] * expf(s.G[i] - s.G[j]) * p.scale : 0.f;
-                    x.dT[o] = tv[nt][u];
-                }
+        each_accumulator<4>(rb, cb, [&](int nt, int u, int i, int j) {
+            if (i >= L || j >= L) return;
+            const int64_t o = ((slot * HV + hv) * C + i) * C + j;
+            if constexpr (PerKey) {
+                x.dov[o] = ov[nt][u];
+                x.dT[o] = tv[nt][u] * s.beta[j];
+            } else {
+                x.dov[o] = j <= i ? ov[nt][u] * expf(s.G[i] - s.G[j]) * p.scale : 0.f;
+                x.dT[o] = tv[nt][u];
             }
+        });
     }
     // the key rounds: warp w takes keys cb + [0, kRoundKeys / 2) of the round
     constexpr int NT = kRoundKeys / 16;
@@ -369,17 +356,13 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
             }
         }
         if (n % nv != nv - 1) continue;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int i = rb + acc_row(u), dd = cb + 8 * nt + acc_col(u);
-                if (i >= L || dd >= nk) continue;
-                const int64_t o = ((r0 + i) * HV + hv) * K + k0 + dd;
-                x.dw[o] = -dw[nt][u];
-                x.dq[o] = dq[nt][u];
-                x.dk[o] = dk[nt][u];
-            }
+        each_accumulator<NT>(rb, cb, [&](int nt, int u, int i, int dd) {
+            if (i >= L || dd >= nk) return;
+            const int64_t o = ((r0 + i) * HV + hv) * K + k0 + dd;
+            x.dw[o] = -dw[nt][u];
+            x.dq[o] = dq[nt][u];
+            x.dk[o] = dk[nt][u];
+        });
         if (PerKey)
             for (int dd = tid; dd < nk; dd += kDeltaChunkThreads)
                 x.hdH[(slot * HV + hv) * K + k0 + dd] = s.hd_key[dd];

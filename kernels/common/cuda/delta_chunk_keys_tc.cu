@@ -118,27 +118,19 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         }
     };
     // a [chunk, chunk] accumulator into parts in t (rows and columns past the chunk zero)
-    const auto keep = [&](T(*t)[kRows][kSquare], const float(&acc)[4][4], auto&& value) {
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; u += 2) {
-                const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
-                const bool in = i < L;
-                split_pair_parts(t, i, j, in && j < L ? value(i, j, acc[nt][u]) : 0.f,
-                                 in && j + 1 < L ? value(i, j + 1, acc[nt][u + 1]) : 0.f);
-            }
+    const auto keep = [&](T(*t)[kRows][kSquare], const float(&acc)[4][4]) {
+        each_accumulator<4, true>(rb, cb, [&](int nt, int u, int i, int j) {
+            const bool in = i < L;
+            split_pair_parts(t, i, j, in && j < L ? acc[nt][u] : 0.f,
+                             in && j + 1 < L ? acc[nt][u + 1] : 0.f);
+        });
     };
     {
         // dT = dT_v + dw kbᵀ over the key rounds, dT_v fetched first
         float acc[4][4] = {}, dT[4][4];
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
-                dT[nt][u] = i < L && j < L ? x.dT[cc + i * C + j] : 0.f;
-            }
+        each_accumulator<4>(rb, cb, [&](int nt, int u, int i, int j) {
+            dT[nt][u] = i < L && j < L ? x.dT[cc + i * C + j] : 0.f;
+        });
         for (int k0 = 0; k0 < K; k0 += kRoundKeys) {
             __syncthreads();  // the round before is done with dw's parts
             take_dw(k0);
@@ -155,7 +147,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
             for (int u = 0; u < 4; ++u) acc[nt][u] += dT[nt][u];
-        keep(s.x, acc, [](int, int, float v) { return v; });
+        keep(s.x, acc);
     }
     __syncthreads();  // kb is read
     copy_rows<kRows, KT>(s.y, f.qn, keys, int64_t(p.heads) * K, L, K);
@@ -167,7 +159,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
             mma_parts_b(acc, a[0], s.x, m0, cb);
         }
         __syncthreads();  // dT is read
-        keep(s.x, acc, [](int, int, float v) { return v; });
+        keep(s.x, acc);
         __syncthreads();
     }
     {
@@ -195,13 +187,9 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
             }
         }
         // M in dw's place, which the dT rounds are done with
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
-                s.M[i][j] = j < i && i < L ? -da[nt][u] * expf(s.G[i] - s.G[j]) : 0.f;
-            }
+        each_accumulator<4>(rb, cb, [&](int nt, int u, int i, int j) {
+            s.M[i][j] = j < i && i < L ? -da[nt][u] * expf(s.G[i] - s.G[j]) : 0.f;
+        });
         __syncthreads();
         // the key weights W in X's place, which dA has read
         for (int e = tid; e < kRows * kPairs; e += kDeltaChunkThreads) {
@@ -212,10 +200,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
             split_pair_parts(s.x, i, j, weight(j), weight(j + 1));
         }
         __syncthreads();
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) s.M[rb + acc_row(u)][cb + 8 * nt + acc_col(u)] *= kk[nt][u];
+        each_accumulator<4>(rb, cb, [&](int nt, int u, int i, int j) { s.M[i][j] *= kk[nt][u]; });
         __syncthreads();
         // E = M ⊙ k̂ k̂ᵀ's terms, a warp a row and a lane two columns: dβ's Σ_{j<i} E_ij, ∂L/∂G's
         // β_i Σ_{j<i} E_ij − Σ_{j>i} E_ji β_j (E is zero on and above the diagonal)
@@ -245,15 +230,11 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         __syncthreads();
         // the state terms fetched before the products, which hide their latency
         float dq_state[4][4], dk_state[4][4];
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int i = rb + acc_row(u), dd = k0 + cb + 8 * nt + acc_col(u);
-                const int64_t o = ko + int64_t(i) * HV * K + dd;
-                dq_state[nt][u] = i < L && dd < K ? x.dq[o] : 0.f;
-                dk_state[nt][u] = i < L && dd < K ? x.dk[o] : 0.f;
-            }
+        each_accumulator<4>(rb, k0 + cb, [&](int nt, int u, int i, int dd) {
+            const int64_t o = ko + int64_t(i) * HV * K + dd;
+            dq_state[nt][u] = i < L && dd < K ? x.dq[o] : 0.f;
+            dk_state[nt][u] = i < L && dd < K ? x.dk[o] : 0.f;
+        });
         // dov k̂ (j ≤ i), W k̂, dovᵀ q̂ (j ≥ i) and Tiᵀ dw (j ≥ i)
         float dq[4][4] = {}, dk[4][4] = {}, in[4][4] = {}, kb[4][4] = {};
         for (int m0 = 0; m0 < L; m0 += 16) {
@@ -276,24 +257,21 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
             fragment_a_rows(a[0], s.Ti, m0, rb);
             mma_parts_b(kb, a[0], s.dw, m0, cb);
         }
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int i = rb + acc_row(u), dd = k0 + cb + 8 * nt + acc_col(u), r = u / 2;
-                if (i >= L || dd >= K) continue;
-                const int64_t o = ko + int64_t(i) * HV * K + dd;
-                const float inter = dk_state[nt][u] * fe[r];
-                const float dqv = dq_state[nt][u] * fq[r] + dq[nt][u];
-                const float intra = in[nt][u] + inter;
-                x.dq[o] = dqv;
-                x.dk[o] = intra + kb[nt][u] * fb[r] + dk[nt][u];
-                const float qv = Half16<T>::to(s.y[i][dd]), kv = Half16<T>::to(s.k[i][dd]);
-                part[0][r] += qv * dqv;
-                part[1][r] += kv * intra;
-                part[2][r] += kb[nt][u] * kv;
-                part[3][r] += kv * inter;
-            }
+        each_accumulator<4>(rb, k0 + cb, [&](int nt, int u, int i, int dd) {
+            if (i >= L || dd >= K) return;
+            const int64_t o = ko + int64_t(i) * HV * K + dd;
+            const int r = u / 2;
+            const float inter = dk_state[nt][u] * fe[r];
+            const float dqv = dq_state[nt][u] * fq[r] + dq[nt][u];
+            const float intra = in[nt][u] + inter;
+            x.dq[o] = dqv;
+            x.dk[o] = intra + kb[nt][u] * fb[r] + dk[nt][u];
+            const float qv = Half16<T>::to(s.y[i][dd]), kv = Half16<T>::to(s.k[i][dd]);
+            part[0][r] += qv * dqv;
+            part[1][r] += kv * intra;
+            part[2][r] += kb[nt][u] * kv;
+            part[3][r] += kv * inter;
+        });
     }
 #pragma unroll
     for (int c = 0; c < 4; ++c)

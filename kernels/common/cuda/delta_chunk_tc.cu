@@ -107,13 +107,9 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         // A_ij = ((k̂_i·k̂_j) exp(G_i − G_j)) β_i below the diagonal, in fp32
         float acc[4][4] = {};
         lower_scores<T, KT>(acc, s.k, s.k, rb, cb);
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
-                s.A[i][j] = j < i && i < L ? acc[nt][u] * expf(s.G[i] - s.G[j]) * s.beta[i] : 0.f;
-            }
+        each_accumulator<4>(rb, cb, [&](int nt, int u, int i, int j) {
+            s.A[i][j] = j < i && i < L ? acc[nt][u] * expf(s.G[i] - s.G[j]) * s.beta[i] : 0.f;
+        });
     }
     __syncthreads();
     // A has read k̂: it becomes kb = round(k̂ β e^G), w's factor
@@ -142,15 +138,11 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         const int n0[4] = {n00, n00 + 8, n00 + 16, n00 + 24};
         float acc[4][4] = {};
         lower_times(acc, s.Ti, s.k, rb, n0);
-#pragma unroll
-        for (int n = 0; n < 4; ++n)
-#pragma unroll
-            for (int u = 0; u < 4; u += 2) {
-                const int i = rb + acc_row(u), d = n0[n] + acc_col(u);
-                if (i < L && d < K)
-                    store_pair(x.w, in, ((r0 + i) * HV + hv) * K + d, acc[n][u], acc[n][u + 1],
-                               d + 1 < K);
-            }
+        each_accumulator<4, true>(rb, n00, [&](int n, int u, int i, int d) {
+            if (i < L && d < K)
+                store_pair(x.w, in, ((r0 + i) * HV + hv) * K + d, acc[n][u], acc[n][u + 1],
+                           d + 1 < K);
+        });
     }
     // u = Ti round(v β), stored, kCols value columns a step; vb's rows past the chunk stay zero
     zero_rows<T, kRows>(s.vb, L);
@@ -161,15 +153,11 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         const int n0[4] = {cb, cb + 8, cb + 16, cb + 24};
         float acc[4][4] = {};
         lower_times(acc, s.Ti, s.vb, rb, n0);
-#pragma unroll
-        for (int n = 0; n < 4; ++n)
-#pragma unroll
-            for (int u = 0; u < 4; u += 2) {
-                const int i = rb + acc_row(u), c = c0 + n0[n] + acc_col(u);
-                if (i < L && c < V)
-                    store_pair(x.u, in, ((r0 + i) * HV + hv) * V + c, acc[n][u], acc[n][u + 1],
-                               c + 1 < V);
-            }
+        each_accumulator<4, true>(rb, c0 + cb, [&](int n, int u, int i, int c) {
+            if (i < L && c < V)
+                store_pair(x.u, in, ((r0 + i) * HV + hv) * V + c, acc[n][u], acc[n][u + 1],
+                           c + 1 < V);
+        });
         __syncthreads();  // the step is done with vb
     }
 }
@@ -293,13 +281,9 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
                 G_next[e] = i < L ? x.G[(r0 + i) * HV + hv] : 0.f;
             }
         }
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const int i = rb + acc_row(u), c = col0 + cb + 8 * nt + acc_col(u);
-                u_next[nt][u] = i < L && c < V ? raw(x.u, in, ((r0 + i) * HV + hv) * V + c) : 0u;
-            }
+        each_accumulator<2>(rb, col0 + cb, [&](int nt, int u, int i, int c) {
+            u_next[nt][u] = i < L && c < V ? raw(x.u, in, ((r0 + i) * HV + hv) * V + c) : 0u;
+        });
     };
     if (sp.len > 0) fetch(0, 0);
     for (int64_t ch = 0; ch * C < sp.len; ++ch) {
@@ -345,23 +329,19 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
 #pragma unroll
                 for (int nt = 0; nt < 2; ++nt) mma_parts(acc[nt], a, s.h, parts, kk, cb + 8 * nt);
             }
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int u = 0; u < 4; u += 2) {
-                    const int i = rb + acc_row(u), c = cb + 8 * nt + acc_col(u);
-                    float vd[2] = {0.f, 0.f};
-                    if (i < L) {
-                        const float v0 = rounded(u_in[nt][u] - acc[nt][u], in),
-                                    v1 = rounded(u_in[nt][u + 1] - acc[nt][u + 1], in);
-                        if (col0 + c < V)
-                            store_pair(x.v_new, in, ((r0 + i) * HV + hv) * V + col0 + c, v0, v1,
-                                       col0 + c + 1 < V);
-                        vd[0] = PerKey ? v0 : v0 * to_end[u / 2];
-                        vd[1] = PerKey ? v1 : v1 * to_end[u / 2];
-                    }
-                    *reinterpret_cast<uint32_t*>(&s.vd[i][c]) = pair<T>(vd[0], vd[1]);
+            each_accumulator<2, true>(rb, cb, [&](int nt, int u, int i, int c) {
+                float vd[2] = {0.f, 0.f};
+                if (i < L) {
+                    const float v0 = rounded(u_in[nt][u] - acc[nt][u], in),
+                                v1 = rounded(u_in[nt][u + 1] - acc[nt][u + 1], in);
+                    if (col0 + c < V)
+                        store_pair(x.v_new, in, ((r0 + i) * HV + hv) * V + col0 + c, v0, v1,
+                                   col0 + c + 1 < V);
+                    vd[0] = PerKey ? v0 : v0 * to_end[u / 2];
+                    vd[1] = PerKey ? v1 : v1 * to_end[u / 2];
                 }
+                *reinterpret_cast<uint32_t*>(&s.vd[i][c]) = pair<T>(vd[0], vd[1]);
+            });
         }
         __syncthreads();  // vd is in
         // S ← e^{G_last} S + keysᵀ vd
@@ -477,18 +457,14 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 ? 2 : 1)
                         Half16<T>::mma(pd[nt], a, b);
                     }
                 }
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    const int i = rb + acc_row(u), c = cb + 8 * nt + acc_col(u);
-                    float v = 0.f;
-                    if (i < L) {
-                        v = kd[nt][u] * expf(s.G[L - 1] - s.G[i]) + pd[nt][u] * p.scale;
-                        if (col0 + c < V) dvn[((r0 + i) * HV + hv) * V + col0 + c] = v;
-                    }
-                    split_parts(s.dvn, i, c, v);
+            each_accumulator<2>(rb, cb, [&](int nt, int u, int i, int c) {
+                float v = 0.f;
+                if (i < L) {
+                    v = kd[nt][u] * expf(s.G[L - 1] - s.G[i]) + pd[nt][u] * p.scale;
+                    if (col0 + c < V) dvn[((r0 + i) * HV + hv) * V + col0 + c] = v;
                 }
+                split_parts(s.dvn, i, c, v);
+            });
         }
         __syncthreads();
         // dS ← e^{G_last} dS + q̂ᵀ (scale e^G ⊙ dO) − wᵀ dv_new, warp w taking every kWarps-th
@@ -580,17 +556,12 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     {
         float acc[4][4] = {};
         lower_scores<T, KT>(acc, s.q, s.k, rb, cb);
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; u += 2) {
-                const int i = rb + acc_row(u), j = cb + 8 * nt + acc_col(u);
-                const bool row = i < L;
-                const float v0 = row && j <= i ? acc[nt][u] * expf(s.G[i] - s.G[j]) : 0.f;
-                const float v1 =
-                    row && j + 1 <= i ? acc[nt][u + 1] * expf(s.G[i] - s.G[j + 1]) : 0.f;
-                *reinterpret_cast<uint32_t*>(&s.P[i][j]) = pair<T>(v0, v1);
-            }
+        each_accumulator<4, true>(rb, cb, [&](int nt, int u, int i, int j) {
+            const bool row = i < L;
+            const float v0 = row && j <= i ? acc[nt][u] * expf(s.G[i] - s.G[j]) : 0.f;
+            const float v1 = row && j + 1 <= i ? acc[nt][u + 1] * expf(s.G[i] - s.G[j + 1]) : 0.f;
+            *reinterpret_cast<uint32_t*>(&s.P[i][j]) = pair<T>(v0, v1);
+        });
     }
     const int parts = p.state == in ? 1 : kParts;
     for (int c0 = 0; c0 < V; c0 += kCols) {
@@ -610,17 +581,12 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
         }
         const int n0[4] = {cb, cb + 8, cb + 16, cb + 24};
         lower_times(pv, s.P, s.v, rb, n0);
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; u += 2) {
-                const int i = rb + acc_row(u), c = c0 + cb + 8 * nt + acc_col(u);
-                if (i >= L || c >= V) continue;
-                const float o0 = (qh[nt][u] * s.eG[i] + pv[nt][u]) * p.scale,
-                            o1 = (qh[nt][u + 1] * s.eG[i] + pv[nt][u + 1]) * p.scale;
-                store_pair(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c, o0, o1,
-                           c + 1 < V);
-            }
+        each_accumulator<4, true>(rb, c0 + cb, [&](int nt, int u, int i, int c) {
+            if (i >= L || c >= V) return;
+            const float o0 = (qh[nt][u] * s.eG[i] + pv[nt][u]) * p.scale,
+                        o1 = (qh[nt][u + 1] * s.eG[i] + pv[nt][u + 1]) * p.scale;
+            store_pair(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c, o0, o1, c + 1 < V);
+        });
     }
 }
 
@@ -691,16 +657,12 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         }
         const int n0[2] = {cb, cb + 8};
         lower_times(pv, s.P, s.v, rb, n0);
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int u = 0; u < 4; u += 2) {
-                const int i = rb + acc_row(u), c = c0 + cb + 8 * nt + acc_col(u);
-                if (i >= L || c >= V) continue;
-                store_pair(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c,
-                           pv[nt][u] + qh[nt][u] * p.scale, pv[nt][u + 1] + qh[nt][u + 1] * p.scale,
-                           c + 1 < V);
-            }
+        each_accumulator<2, true>(rb, c0 + cb, [&](int nt, int u, int i, int c) {
+            if (i >= L || c >= V) return;
+            store_pair(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c,
+                       pv[nt][u] + qh[nt][u] * p.scale, pv[nt][u + 1] + qh[nt][u + 1] * p.scale,
+                       c + 1 < V);
+        });
     }
 }
 

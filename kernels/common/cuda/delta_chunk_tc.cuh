@@ -18,6 +18,18 @@ constexpr int kRows = 64;  // rows of a chunk tile: chunks of up to 64 steps
 __device__ __forceinline__ int acc_row(int u) { return threadIdx.x % 32 / 4 + u / 2 * 8; }
 __device__ __forceinline__ int acc_col(int u) { return 2 * (threadIdx.x % 4) + u % 2; }
 
+/// f(nt, u, i, j) for each element u of a warp's accumulators acc[nt], nt < NT, 16 × 8 tiles at
+/// rows r0 + [0, 16) and columns c0 + 8 nt: i, j its row and column. With Pairs, for u = 0 and 2
+/// only, elements u and u + 1 lying at columns j and j + 1.
+template <int NT, bool Pairs = false, typename F>
+__device__ __forceinline__ void each_accumulator(int r0, int c0, F&& f) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int u = 0; u < 4; u += Pairs ? 2 : 1)
+            f(nt, u, r0 + acc_row(u), c0 + 8 * nt + acc_col(u));
+}
+
 /// R × W elements of 16-bit src into dst (row r from at + r · pitch, its first `cols` columns),
 /// zeros past `rows` rows and `cols` columns. 16 bytes a load where src's rows are aligned to
 /// them, and a thread's loads issued four at a time before it stores the first: the passes
