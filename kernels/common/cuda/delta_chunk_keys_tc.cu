@@ -70,9 +70,9 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
 #pragma unroll
         for (int n = 0; n < kPerThread; ++n) {
             const int e = tid + n * kDeltaChunkThreads, i = e / kPairs, j = e % kPairs * 2;
-            const float* at = src + i * pitch + j;
-            v[n] = make_float2(i < rows && j < cols ? at[0] : 0.f,
-                               i < rows && j + 1 < cols ? at[1] : 0.f);
+            const float* from = src + i * pitch + j;
+            v[n] = make_float2(i < rows && j < cols ? from[0] : 0.f,
+                               i < rows && j + 1 < cols ? from[1] : 0.f);
         }
 #pragma unroll
         for (int n = 0; n < kPerThread; ++n) {
