@@ -422,16 +422,45 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 && !PerKey ? 2 :
     const auto key_tile = [&](const void* src, int64_t r0, int L, int heads, int head) {
         load_rows<kRows, KT>(s.X[0], src, (r0 * heads + head) * K, int64_t(heads) * K, L, K);
     };
-    // kda: rows [0, L) of value(i, key) into X's parts, zeros past the chunk and K
-    const auto key_parts = [&](int L, auto&& value) {
-        for (int e = tid; e < kRows * KT / 2; e += kDeltaChunkThreads) {
-            const int i = e / (KT / 2), dd = e % (KT / 2) * 2;
-            split_pair_parts(s.X, i, dd, i < L && dd < K ? value(i, dd) : 0.f,
-                             i < L && dd + 1 < K ? value(i, dd + 1) : 0.f);
+    const DType in = p.q.dtype;
+    const int64_t gs = int64_t(HV) * K;             // kda's G: row i of a chunk at i · gs
+    const int64_t qk_pitch = int64_t(p.heads) * K;  // q̂'s and k̂'s rows
+    // kda: X's parts ← rows [0, L) of x (pitch `pitch` from x + at) times e^{G_last − G} (Decay
+    // < 0), e^G (> 0) or 1, zeros past the chunk and K; a thread's four keys at a time, its
+    // loads all issued before its first split (the chunk's tiles wait out one load latency)
+    const int dq = tid % (KT / 4) * 4;  // a thread's four keys, the same in every row it takes
+    const bool quads = K % 4 == 0 && uintptr_t(f.G) % 16 == 0;
+    const auto key_parts = [&](auto decay, const void* x, DType xt, int64_t at, int64_t pitch,
+                               const float* G, int L) {
+        constexpr int Decay = decltype(decay)::value, kQuads = kRows * KT / 4 / kDeltaChunkThreads;
+        const bool vec = quads && at % 4 == 0 && pitch % 4 == 0 && uintptr_t(x) % 16 == 0;
+        const auto quad = [&](float(&y)[4], const void* src, DType t, int64_t i0) {
+            if (vec) {
+                const float4 z = load_quad(src, t, i0);
+                y[0] = z.x, y[1] = z.y, y[2] = z.z, y[3] = z.w;
+                return;
+            }
+            for (int q = 0; q < 4; ++q) y[q] = dq + q < K ? load(src, t, i0 + q) : 0.f;
+        };
+        float v[kQuads][4] = {}, g[kQuads][4] = {}, last[4] = {};
+        if (Decay < 0 && L > 0 && dq < K) quad(last, G, DType::f32, (L - 1) * gs + dq);
+#pragma unroll
+        for (int b = 0; b < kQuads; ++b) {
+            const int i = (tid + b * kDeltaChunkThreads) / (KT / 4);
+            if (i >= L || dq >= K) continue;
+            quad(v[b], x, xt, at + i * pitch + dq);
+            if (Decay != 0) quad(g[b], G, DType::f32, i * gs + dq);
+        }
+#pragma unroll
+        for (int b = 0; b < kQuads; ++b) {
+            const int i = (tid + b * kDeltaChunkThreads) / (KT / 4);
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                if (Decay != 0) v[b][q] *= expf(Decay < 0 ? last[q] - g[b][q] : g[b][q]);
+            split_pair_parts(s.X, i, dq, v[b][0], v[b][1]);
+            split_pair_parts(s.X, i, dq + 2, v[b][2], v[b][3]);
         }
     };
-    const DType in = p.q.dtype;
-    const int64_t gs = int64_t(HV) * K;  // kda's G: row i of a chunk at i · gs
     for (int64_t ch = (sp.len + C - 1) / C; ch-- > 0;) {
         const int64_t t0 = ch * C;
         const int L = int(sp.len - t0 < C ? sp.len - t0 : C);
@@ -440,15 +469,27 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 && !PerKey ? 2 :
         const float* G = PerKey ? f.G + (r0 * HV + hv) * K : f.G;  // kda's per key
         __syncthreads();  // the later chunk is done with every tile
         if constexpr (PerKey)
-            key_parts(L, [&](int i, int dd) {
-                return load(f.kn, in, keys + int64_t(i) * p.heads * K + dd) *
-                       expf(G[(L - 1) * gs + dd] - G[i * gs + dd]);
-            });
+            key_parts(std::integral_constant<int, -1>{}, f.kn, in, keys, qk_pitch, G, L);
         else
             key_tile(f.kn, r0, L, p.heads, h);
-        for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
-            const int i = e / kRows, j = e % kRows;
-            split_parts(s.P, i, j, i < L && j < L ? P[(slot * C + i) * C + j] : 0.f);
+        {
+            // the scores, a thread's four columns of four rows, loaded before the first split
+            constexpr int kQuads = kRows * kRows / 4 / kDeltaChunkThreads;
+            const int j = tid % (kRows / 4) * 4;
+            float x[kQuads][4] = {};
+#pragma unroll
+            for (int b = 0; b < kQuads; ++b) {
+                const int i = (tid + b * kDeltaChunkThreads) / (kRows / 4);
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                    if (i < L && j + q < L) x[b][q] = P[(slot * C + i) * C + j + q];
+            }
+#pragma unroll
+            for (int b = 0; b < kQuads; ++b) {
+                const int i = (tid + b * kDeltaChunkThreads) / (kRows / 4);
+                split_pair_parts(s.P, i, j, x[b][0], x[b][1]);
+                split_pair_parts(s.P, i, j + 2, x[b][2], x[b][3]);
+            }
         }
         if constexpr (!PerKey)
             for (int i = tid; i < kRows; i += kDeltaChunkThreads)
@@ -510,9 +551,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 && !PerKey ? 2 :
         // registers while X takes w
         float qd[kPerWarp][4] = {};
         if constexpr (PerKey)
-            key_parts(L, [&](int i, int dd) {
-                return load(f.qn, in, keys + int64_t(i) * p.heads * K + dd) * expf(G[i * gs + dd]);
-            });
+            key_parts(std::integral_constant<int, 1>{}, f.qn, in, keys, qk_pitch, G, L);
         else
             key_tile(f.qn, r0, L, p.heads, h);
         __syncthreads();
@@ -535,7 +574,8 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 && !PerKey ? 2 :
         }
         __syncthreads();
         if constexpr (PerKey)
-            key_parts(L, [&](int i, int dd) { return f.Wf[((r0 + i) * HV + hv) * K + dd]; });
+            key_parts(std::integral_constant<int, 0>{}, f.Wf, DType::f32, (r0 * HV + hv) * K, gs, G,
+                      L);
         else
             key_tile(f.w, r0, L, HV, hv);
         __syncthreads();
