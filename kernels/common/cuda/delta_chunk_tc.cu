@@ -366,16 +366,26 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     if (p.ht != nullptr) S.store(p.ht, p.state, state, K, V, col0);
 }
 
-/// The backward's dS pass's tiles.
-template <typename T, int KT>
+/// The backward's dS pass's tiles. PerKey (kda): the key tiles in fp32, in parts, and dO as it is.
+template <typename T, int KT, bool PerKey>
 struct StateGradTiles {
-    alignas(16) T X[kRows][KT + 8];                    // k̂, then q̂, then w
-    alignas(16) T dH[kParts][KT][kStateCols + 8];      // round(dS) in parts
-    alignas(16) T P[kParts][kRows][kRows + 8];         // the fp32 scores in parts
-    alignas(16) T dO[kRows][kStateCols + 8];           //
-    alignas(16) T qdO[kParts][kRows][kStateCols + 8];  // scale e^G ⊙ dO in parts
-    alignas(16) T dvn[kParts][kRows][kStateCols + 8];  // dv_new in parts
+    static constexpr int kKeyParts = PerKey ? kParts : 1, kDoParts = PerKey ? 1 : kParts;
+    // k̂, then q̂, then w; kda's k̂ e^{G_last − G}, q̂ e^G, then its fp32 W
+    alignas(16) T X[kKeyParts][kRows][KT + 8];
+    alignas(16) T dH[kParts][KT][kStateCols + 8];  // round(dS) in parts
+    alignas(16) T P[kParts][kRows][kRows + 8];     // the fp32 scores in parts
+    alignas(16) T dO[kRows][kStateCols + 8];
+    alignas(16) T qdO[kDoParts][kRows][kStateCols + 8];  // scale e^G ⊙ dO in parts (not kda's)
+    alignas(16) T dvn[kParts][kRows][kStateCols + 8];    // dv_new in parts
     float G[kRows];
+};
+
+/// What the dS pass reads of the forward's values: the delta rules' or kda's.
+struct StateGradInputs {
+    const void *qn, *kn;  ///< [rows, H, K] in the input dtype
+    const void* w;        ///< [rows, HV, K] in the input dtype (the delta rules')
+    const float* Wf;      ///< [rows, HV, K] kda's fp32 W
+    const float* G;       ///< [rows, HV] or kda's [rows, HV, K]
 };
 
 /// The backward's dS pass (delta_chunk_bwd.cu, pass 2b) on tensor cores: a block per (sequence,
@@ -385,14 +395,19 @@ struct StateGradTiles {
 /// dv_new) go in as three parts each; scale e^G multiplies dO before q̂ where the FMA pass
 /// multiplies q̂ first, one fp32 rounding in another place. Warp w keeps dS's 16 × 8 tiles at
 /// rows 16 (w / 4) + 32 m, columns 8 (w % 4) in registers, as the state pass keeps S.
+/// PerKey, kda's form (kda_chunk_bwd.cu, pass 2b): dv_new = kg dH + Pᵀ dO with kg = k̂ e^{G_last −
+/// G} in fp32 and P = A_qk scaled, dS ← diag(e^{G_last}) dS + scale (q̂ e^G)ᵀ dO − Wᵀ dv_new, the
+/// decayed keys and W in three parts each, and a product of two operands in parts taking the
+/// pairs of parts whose orders add up to less than three.
 // two blocks a multiprocessor at keys up to 128 (109 KB of tiles): registers up to 128; one
-// at 256 (155 KB)
-template <typename T, int KT>
-__global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 ? 2 : 1)
-    state_bwd_tc(DeltaChunkProblem p, DeltaGrads d, DeltaChunkSaved f, const float* P, void* dH,
+// at 256 (155 KB), and kda's (131 KB at 128)
+template <typename T, int KT, bool PerKey>
+__global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 && !PerKey ? 2 : 1)
+    state_bwd_tc(DeltaChunkProblem p, DeltaGrads d, StateGradInputs f, const float* P, void* dH,
                  float* dvn) {
     extern __shared__ float sm[];
-    auto& s = *reinterpret_cast<StateGradTiles<T, KT>*>(sm);
+    using Tiles = StateGradTiles<T, KT, PerKey>;
+    auto& s = *reinterpret_cast<Tiles*>(sm);
     const int K = p.dk, C = p.chunk, HV = p.value_heads, V = p.dv;
     const int n = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / p.heads);
     const int col0 = blockIdx.y * kStateCols;
@@ -405,20 +420,80 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 ? 2 : 1)
     dS.load(d.dht, p.state, state, K, V, col0);
     const int64_t first = first_slot(p.seqs, C, n, sp);
     const auto key_tile = [&](const void* src, int64_t r0, int L, int heads, int head) {
-        load_rows<kRows, KT>(s.X, src, (r0 * heads + head) * K, int64_t(heads) * K, L, K);
+        load_rows<kRows, KT>(s.X[0], src, (r0 * heads + head) * K, int64_t(heads) * K, L, K);
+    };
+    const DType in = p.q.dtype;
+    const int64_t gs = int64_t(HV) * K;             // kda's G: row i of a chunk at i · gs
+    const int64_t qk_pitch = int64_t(p.heads) * K;  // q̂'s and k̂'s rows
+    // kda: X's parts ← rows [0, L) of x (pitch `pitch` from x + at) times e^{G_last − G} (Decay
+    // < 0), e^G (> 0) or 1, zeros past the chunk and K; a thread's four keys at a time, its
+    // loads all issued before its first split (the chunk's tiles wait out one load latency)
+    const int dq = tid % (KT / 4) * 4;  // a thread's four keys, the same in every row it takes
+    const bool quads = K % 4 == 0 && uintptr_t(f.G) % 16 == 0;
+    const auto key_parts = [&](auto decay, const void* x, DType xt, int64_t at, int64_t pitch,
+                               const float* G, int L) {
+        constexpr int Decay = decltype(decay)::value, kQuads = kRows * KT / 4 / kDeltaChunkThreads;
+        const bool vec = quads && at % 4 == 0 && pitch % 4 == 0 && uintptr_t(x) % 16 == 0;
+        const auto quad = [&](float(&y)[4], const void* src, DType t, int64_t i0) {
+            if (vec) {
+                const float4 z = load_quad(src, t, i0);
+                y[0] = z.x, y[1] = z.y, y[2] = z.z, y[3] = z.w;
+                return;
+            }
+            for (int q = 0; q < 4; ++q) y[q] = dq + q < K ? load(src, t, i0 + q) : 0.f;
+        };
+        float v[kQuads][4] = {}, g[kQuads][4] = {}, last[4] = {};
+        if (Decay < 0 && L > 0 && dq < K) quad(last, G, DType::f32, (L - 1) * gs + dq);
+#pragma unroll
+        for (int b = 0; b < kQuads; ++b) {
+            const int i = (tid + b * kDeltaChunkThreads) / (KT / 4);
+            if (i >= L || dq >= K) continue;
+            quad(v[b], x, xt, at + i * pitch + dq);
+            if (Decay != 0) quad(g[b], G, DType::f32, i * gs + dq);
+        }
+#pragma unroll
+        for (int b = 0; b < kQuads; ++b) {
+            const int i = (tid + b * kDeltaChunkThreads) / (KT / 4);
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+                if (Decay != 0) v[b][q] *= expf(Decay < 0 ? last[q] - g[b][q] : g[b][q]);
+            split_pair_parts(s.X, i, dq, v[b][0], v[b][1]);
+            split_pair_parts(s.X, i, dq + 2, v[b][2], v[b][3]);
+        }
     };
     for (int64_t ch = (sp.len + C - 1) / C; ch-- > 0;) {
         const int64_t t0 = ch * C;
         const int L = int(sp.len - t0 < C ? sp.len - t0 : C);
         const int64_t r0 = row(p.seqs, sp, t0), slot = (first + ch) * HV + hv;
+        const int64_t keys = (r0 * p.heads + h) * K;
+        const float* G = PerKey ? f.G + (r0 * HV + hv) * K : f.G;  // kda's per key
         __syncthreads();  // the later chunk is done with every tile
-        key_tile(f.kn, r0, L, p.heads, h);
-        for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
-            const int i = e / kRows, j = e % kRows;
-            split_parts(s.P, i, j, i < L && j < L ? P[(slot * C + i) * C + j] : 0.f);
+        if constexpr (PerKey)
+            key_parts(std::integral_constant<int, -1>{}, f.kn, in, keys, qk_pitch, G, L);
+        else
+            key_tile(f.kn, r0, L, p.heads, h);
+        {
+            // the scores, a thread's four columns of four rows, loaded before the first split
+            constexpr int kQuads = kRows * kRows / 4 / kDeltaChunkThreads;
+            const int j = tid % (kRows / 4) * 4;
+            float x[kQuads][4] = {};
+#pragma unroll
+            for (int b = 0; b < kQuads; ++b) {
+                const int i = (tid + b * kDeltaChunkThreads) / (kRows / 4);
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                    if (i < L && j + q < L) x[b][q] = P[(slot * C + i) * C + j + q];
+            }
+#pragma unroll
+            for (int b = 0; b < kQuads; ++b) {
+                const int i = (tid + b * kDeltaChunkThreads) / (kRows / 4);
+                split_pair_parts(s.P, i, j, x[b][0], x[b][1]);
+                split_pair_parts(s.P, i, j + 2, x[b][2], x[b][3]);
+            }
         }
-        for (int i = tid; i < kRows; i += kDeltaChunkThreads)
-            s.G[i] = i < L ? f.G[(r0 + i) * HV + hv] : 0.f;
+        if constexpr (!PerKey)
+            for (int i = tid; i < kRows; i += kDeltaChunkThreads)
+                s.G[i] = i < L ? f.G[(r0 + i) * HV + hv] : 0.f;
         // d_o is in the input dtype on this path (delta_chunk_bwd.cu)
         load_rows<kRows, kStateCols>(s.dO, d.d_o.data, at(d.d_o, sp, t0, hv) + col0, d.d_o.st, L,
                                      V - col0);
@@ -430,23 +505,26 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 ? 2 : 1)
                 store_pair(dH, p.state, (slot * K + dd) * V + col0 + c, h0, h1, col0 + c + 1 < V);
         });
         __syncthreads();
-        for (int e = tid; e < kRows * kStateCols; e += kDeltaChunkThreads) {
-            const int i = e / kStateCols, c = e % kStateCols;
-            split_parts(s.qdO, i, c,
-                        i < L ? expf(s.G[i]) * p.scale * Half16<T>::to(s.dO[i][c]) : 0.f);
-        }
+        if constexpr (!PerKey)
+            for (int e = tid; e < kRows * kStateCols; e += kDeltaChunkThreads) {
+                const int i = e / kStateCols, c = e % kStateCols;
+                split_parts(s.qdO, i, c,
+                            i < L ? expf(s.G[i]) * p.scale * Half16<T>::to(s.dO[i][c]) : 0.f);
+            }
         {
-            // dv_new = (k̂ dH) e^{G_last − G} + scale Pᵀ dO: warp w takes rows rb + [0, 16),
-            // columns cb + [0, 16)
+            // dv_new = (k̂ dH) e^{G_last − G} + scale Pᵀ dO (kda: kg dH + Pᵀ dO): warp w takes
+            // rows rb + [0, 16), columns cb + [0, 16)
             const int rb = 16 * (warp % 4), cb = 16 * (warp / 4);
             float kd[2][4] = {}, pd[2][4] = {};
             uint32_t a[4], b[2];
-            for (int kk = 0; kk < KT; kk += 16) {
-                fragment_a(a, s.X, rb, kk);
+            for (int kk = 0; kk < KT; kk += 16)
 #pragma unroll
-                for (int nt = 0; nt < 2; ++nt)
-                    mma_parts(kd[nt], a, s.dH, dh_parts, kk, cb + 8 * nt);
-            }
+                for (int q = 0; q < Tiles::kKeyParts; ++q) {
+                    fragment_a(a, s.X[q], rb, kk);
+#pragma unroll
+                    for (int nt = 0; nt < 2; ++nt)
+                        mma_parts(kd[nt], a, s.dH, min(dh_parts, kParts - q), kk, cb + 8 * nt);
+                }
             // P_ji is zero for j < i: the contraction starts at the diagonal block
             for (int jj = rb; jj < kRows; jj += 16)
                 for (int q = 0; q < kParts; ++q) {
@@ -460,45 +538,70 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 ? 2 : 1)
             each_accumulator<2>(rb, cb, [&](int nt, int u, int i, int c) {
                 float v = 0.f;
                 if (i < L) {
-                    v = kd[nt][u] * expf(s.G[L - 1] - s.G[i]) + pd[nt][u] * p.scale;
+                    v = PerKey ? kd[nt][u] + pd[nt][u]
+                               : kd[nt][u] * expf(s.G[L - 1] - s.G[i]) + pd[nt][u] * p.scale;
                     if (col0 + c < V) dvn[((r0 + i) * HV + hv) * V + col0 + c] = v;
                 }
                 split_parts(s.dvn, i, c, v);
             });
         }
         __syncthreads();
-        // dS ← e^{G_last} dS + q̂ᵀ (scale e^G ⊙ dO) − wᵀ dv_new, warp w taking every kWarps-th
-        // tile; the q̂ term waits in registers while X takes w
+        // dS ← e^{G_last} dS + q̂ᵀ (scale e^G ⊙ dO) − wᵀ dv_new (kda: diag(e^{G_last}) dS + scale
+        // (q̂ e^G)ᵀ dO − Wᵀ dv_new), warp w taking every kWarps-th tile; the q̂ term waits in
+        // registers while X takes w
         float qd[kPerWarp][4] = {};
-        key_tile(f.qn, r0, L, p.heads, h);
+        if constexpr (PerKey)
+            key_parts(std::integral_constant<int, 1>{}, f.qn, in, keys, qk_pitch, G, L);
+        else
+            key_tile(f.qn, r0, L, p.heads, h);
         __syncthreads();
 #pragma unroll
         for (int m = 0; m < kPerWarp; ++m) {
             const int db = dS.row0(m);
             if (db >= K) continue;
-            uint32_t a[4];
-            for (int jj = 0; jj < kRows; jj += 16) {
-                fragment_a_rows(a, s.X, jj, db);
-                mma_parts(qd[m], a, s.qdO, kParts, jj, dS.col0());
-            }
+            uint32_t a[4], b[2];
+            for (int jj = 0; jj < kRows; jj += 16)
+#pragma unroll
+                for (int q = 0; q < Tiles::kKeyParts; ++q) {
+                    fragment_a_rows(a, s.X[q], jj, db);
+                    if constexpr (PerKey) {
+                        fragment_b_rows(b, s.dO, jj, dS.col0());
+                        Half16<T>::mma(qd[m], a, b);
+                    } else {
+                        mma_parts(qd[m], a, s.qdO, kParts, jj, dS.col0());
+                    }
+                }
         }
         __syncthreads();
-        key_tile(f.w, r0, L, HV, hv);
+        if constexpr (PerKey)
+            key_parts(std::integral_constant<int, 0>{}, f.Wf, DType::f32, (r0 * HV + hv) * K, gs, G,
+                      L);
+        else
+            key_tile(f.w, r0, L, HV, hv);
         __syncthreads();
-        const float last = expf(s.G[L - 1]);
+        const float last = PerKey ? 0.f : expf(s.G[L - 1]);
 #pragma unroll
         for (int m = 0; m < kPerWarp; ++m) {
             const int db = dS.row0(m);
             if (db >= K) continue;
             float wd[4] = {};
             uint32_t a[4];
-            for (int jj = 0; jj < kRows; jj += 16) {
-                fragment_a_rows(a, s.X, jj, db);
-                mma_parts(wd, a, s.dvn, kParts, jj, dS.col0());
-            }
+            for (int jj = 0; jj < kRows; jj += 16)
 #pragma unroll
-            for (int u = 0; u < 4; ++u)
-                if (db + acc_row(u) < K) dS.x[m][u] = dS.x[m][u] * last + qd[m][u] - wd[u];
+                for (int q = 0; q < Tiles::kKeyParts; ++q) {
+                    fragment_a_rows(a, s.X[q], jj, db);
+                    mma_parts(wd, a, s.dvn, kParts - q, jj, dS.col0());
+                }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int dd = db + acc_row(u);
+                if (dd >= K) continue;
+                if constexpr (PerKey)
+                    dS.x[m][u] =
+                        dS.x[m][u] * expf(G[(L - 1) * gs + dd]) + qd[m][u] * p.scale - wd[u];
+                else
+                    dS.x[m][u] = dS.x[m][u] * last + qd[m][u] - wd[u];
+            }
         }
     }
     if (d.dh0 != nullptr) dS.store(d.dh0, p.state, state, K, V, col0);
@@ -682,6 +785,24 @@ void launch_state_tc(const DeltaChunkProblem& p, const StatePass& x, cudaStream_
     });
 }
 
+template <bool PerKey>
+void launch_state_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d, const StateGradInputs& f,
+                         const float* P, void* dH, float* dvn, cudaStream_t stream) {
+    with_tiles(p, [&](auto type, auto keys) {
+        using T = decltype(type);
+        constexpr int KT = decltype(keys)::value;
+        if constexpr (PerKey && KT > kMaxKdaChunkKeys)
+            throw std::invalid_argument("the kda chunk dS pass takes keys up to " +
+                                        std::to_string(kMaxKdaChunkKeys));
+        else
+            launch_chunk_kernel(state_bwd_tc<T, KT, PerKey>,
+                                dim3(unsigned(p.seqs.n * p.value_heads),
+                                     unsigned((p.dv + kStateCols - 1) / kStateCols)),
+                                int64_t(sizeof(StateGradTiles<T, KT, PerKey>) + 3) / 4, stream, p,
+                                d, f, P, dH, dvn);
+    });
+}
+
 }  // namespace
 
 void delta_chunk_prep_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, int64_t slots,
@@ -720,15 +841,12 @@ void kda_chunk_state_tc(const DeltaChunkProblem& p, const KdaChunkSaved& x, cuda
 void delta_chunk_state_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d,
                               const DeltaChunkSaved& f, const float* P, void* dH, float* dvn,
                               cudaStream_t stream) {
-    with_tiles(p, [&](auto type, auto keys) {
-        using T = decltype(type);
-        constexpr int KT = decltype(keys)::value;
-        launch_chunk_kernel(state_bwd_tc<T, KT>,
-                            dim3(unsigned(p.seqs.n * p.value_heads),
-                                 unsigned((p.dv + kStateCols - 1) / kStateCols)),
-                            int64_t(sizeof(StateGradTiles<T, KT>) + 3) / 4, stream, p, d, f, P, dH,
-                            dvn);
-    });
+    launch_state_bwd_tc<false>(p, d, {f.qn, f.kn, f.w, nullptr, f.G}, P, dH, dvn, stream);
+}
+
+void kda_chunk_state_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d, const KdaChunkSaved& f,
+                            const float* P, void* dH, float* dvn, cudaStream_t stream) {
+    launch_state_bwd_tc<true>(p, d, {f.qn, f.kn, nullptr, f.Wf, f.G}, P, dH, dvn, stream);
 }
 
 void delta_chunk_out_tc(const DeltaChunkProblem& p, const DeltaChunkSaved& x, int64_t slots,

@@ -482,11 +482,14 @@ void kda_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t
     if (slots > 0)
         launch_chunk_kernel(scores_bwd, dim3(unsigned(slots), unsigned(HV)), 3 * C * KP, stream, p,
                             d, x);
-    launch_chunk_kernel(state_bwd,
-                        dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
-                        C * KP + C * C + 2 * C * kTile + 2 * K * kTile + K, stream, p, d, x);
     const bool tensor_cores =
         delta_chunk_tensor_cores(p) && d.d_o.dtype == p.q.dtype && p.v.dtype == p.q.dtype;
+    if (tensor_cores)
+        kda_chunk_state_bwd_tc(p, d, x.f, x.P, x.dH, x.dvn, stream);
+    else
+        launch_chunk_kernel(state_bwd,
+                            dim3(unsigned(p.seqs.n * HV), unsigned((p.dv + kTile - 1) / kTile)),
+                            C * KP + C * C + 2 * C * kTile + 2 * K * kTile + K, stream, p, d, x);
     if (slots > 0 && tensor_cores)
         kda_chunk_values_bwd_tc(
             p, d, x.f, {x.dH, x.dvn, x.dw, x.dq, x.dkg, x.P, x.dT, x.dbv, x.hdH}, slots, stream);

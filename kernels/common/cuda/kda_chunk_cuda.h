@@ -57,6 +57,12 @@ void kda_chunk_out_tc(const DeltaChunkProblem& p, const KdaChunkSaved& x, int64_
 /// The same, laying the workspace out itself (kda_chunk_fwd_workspace_floats() elements).
 void kda_chunk_fwd(const DeltaChunkProblem& p, float* workspace, cudaStream_t stream);
 
+/// The backward's dS pass on tensor cores (delta_chunk_tc.cu), where its sums over value columns
+/// take them: from the forward's values f and A_qk in P ([slots, HV, C, C] fp32, scaled), into
+/// dH and dvn (kda_chunk_bwd.cu's scratch regions).
+void kda_chunk_state_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d, const KdaChunkSaved& f,
+                            const float* P, void* dH, float* dvn, cudaStream_t stream);
+
 /// The backward's sums over value columns on tensor cores (delta_chunk_bwd_tc.cu): where
 /// delta_chunk_tensor_cores takes the inputs and d_o and v are in their dtype, over `slots` chunk
 /// slots, from the forward's values f (Tf among them); x.dk is d_kg = v_new dHᵀ here, x.dov
