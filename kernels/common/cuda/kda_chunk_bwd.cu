@@ -349,7 +349,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     // (j ≤ i), each pair passes E_ij ⊙ k̂_j to row i and E_ij ⊙ k̂_i (or q̂_i) to column j; the
     // lane takes its row's pairs (j ≤ i) and its column's (m ≥ i), forming each E once per use.
     // A lane's NV keys lane + 32 v go through the pairs together: they share each pair's reads
-    // of dA and dA_qk, and their sums are independent chains.
+    // of dA and dA_qk, and their sums are independent chains. A warp takes two rows i and
+    // i + kWarps at once, which share each j's and m's reads of G, k̂ and q̂; each row's sums run
+    // in the same order as alone.
     const auto rows = [&](auto keys_per_lane) {
         constexpr int NV = decltype(keys_per_lane)::value;
         // f(v, key) for each of the lane's keys
@@ -358,47 +360,81 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int v = 0; v < NV; ++v)
                 if (lane + 32 * v < K) f(v, lane + 32 * v);
         };
-        for (int i = warp; i < L; i += kWarps) {
-            float Gi[NV], rowA[NV] = {}, qrow[NV] = {}, col[NV] = {}, qcol[NV] = {};
-            keys([&](int v, int dd) { Gi[v] = G[i * KP + dd]; });
-            for (int j = 0; j <= i; ++j) {
-                const float a = dA[i * C + j], qa = dov[i * C + j];
-                keys([&](int v, int dd) {
-                    const float e = j == i ? 1.f : fast_exp(Gi[v] - G[j * KP + dd]);
-                    const float kj = k[j * KP + dd];
-                    if (j < i) rowA[v] += a * e * kj;
-                    qrow[v] += qa * e * kj;
-                });
-            }
-            for (int m = i; m < L; ++m) {
-                const float a = beta[m] * dA[m * C + i], qa = dov[m * C + i];
-                keys([&](int v, int dd) {
-                    const float e = m == i ? 1.f : fast_exp(G[m * KP + dd] - Gi[v]);
-                    if (m > i) col[v] += a * e * k[m * KP + dd];
-                    qcol[v] += qa * e * q[m * KP + dd];
-                });
-            }
-            float sb = 0.f;  // Σ_d dkb ⊙ k̂ e^G + k̂ ⊙ Σ_j dA_ij E_ij k̂_j: dβ's key terms
+        for (int i0 = warp; i0 < L; i0 += 2 * kWarps) {
+            const int ir[2] = {i0, i0 + kWarps};
+            const bool two = ir[1] < L;
+            float Gi[2][NV] = {}, rowA[2][NV] = {}, qrow[2][NV] = {}, col[2][NV] = {},
+                  qcol[2][NV] = {};
             keys([&](int v, int dd) {
-                const int64_t o = ((r0 + i) * HV + hv) * K + dd;
-                const float ki = k[i * KP + dd], qi = q[i * KP + dd];
-                const float decay = expf(Gi[v]), to_end = expf(G[(L - 1) * KP + dd] - Gi[v]);
-                const float dkb = x.dw[o];
-                const float dq = x.dq[o] * decay * p.scale + qrow[v];
-                const float dk_kd = dkb * beta[i] * decay;
-                const float dk_kg = x.dkg[o] * to_end;
-                const float dk_row = beta[i] * rowA[v];
-                x.dq[o] = dq;
-                x.dw[o] = dk_kd + dk_kg + dk_row + col[v] + qcol[v];
-                Z[i * KP + dd] = qi * dq + ki * (dk_kd + dk_row - col[v] - qcol[v] - dk_kg);
-                sb += dkb * (ki * decay) + ki * rowA[v];
+                Gi[0][v] = G[i0 * KP + dd];
+                if (two) Gi[1][v] = G[ir[1] * KP + dd];
             });
-            sb = warp_sum(sb);
-            if (lane == 0) {
-                const int64_t t = ck.c0 + i;
-                const float raw = load(p.beta.data, p.beta.dtype, at(p.beta, ck.s, t, hv));
-                store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, ck.s, t, hv),
-                      beta_backward(p, raw, x.dbv[(r0 + i) * HV + hv] + sb));
+            for (int j = 0; j <= (two ? ir[1] : i0); ++j) {
+                float a[2] = {}, qa[2] = {};
+                bool on[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    on[r] = j <= ir[r] && (r == 0 || two);
+                    if (on[r]) a[r] = dA[ir[r] * C + j], qa[r] = dov[ir[r] * C + j];
+                }
+                keys([&](int v, int dd) {
+                    const float gj = G[j * KP + dd], kj = k[j * KP + dd];
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        if (!on[r]) continue;
+                        const float e = j == ir[r] ? 1.f : fast_exp(Gi[r][v] - gj);
+                        if (j < ir[r]) rowA[r][v] += a[r] * e * kj;
+                        qrow[r][v] += qa[r] * e * kj;
+                    }
+                });
+            }
+            for (int m = i0; m < L; ++m) {
+                float a[2] = {}, qa[2] = {};
+                bool on[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    on[r] = m >= ir[r] && (r == 0 || two);
+                    if (on[r]) a[r] = beta[m] * dA[m * C + ir[r]], qa[r] = dov[m * C + ir[r]];
+                }
+                keys([&](int v, int dd) {
+                    const float gm = G[m * KP + dd], km = k[m * KP + dd], qm = q[m * KP + dd];
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        if (!on[r]) continue;
+                        const float e = m == ir[r] ? 1.f : fast_exp(gm - Gi[r][v]);
+                        if (m > ir[r]) col[r][v] += a[r] * e * km;
+                        qcol[r][v] += qa[r] * e * qm;
+                    }
+                });
+            }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                if (r == 1 && !two) break;
+                const int i = ir[r];
+                float sb = 0.f;  // Σ_d dkb ⊙ k̂ e^G + k̂ ⊙ Σ_j dA_ij E_ij k̂_j: dβ's key terms
+                keys([&](int v, int dd) {
+                    const int64_t o = ((r0 + i) * HV + hv) * K + dd;
+                    const float ki = k[i * KP + dd], qi = q[i * KP + dd];
+                    const float decay = expf(Gi[r][v]),
+                                to_end = expf(G[(L - 1) * KP + dd] - Gi[r][v]);
+                    const float dkb = x.dw[o];
+                    const float dq = x.dq[o] * decay * p.scale + qrow[r][v];
+                    const float dk_kd = dkb * beta[i] * decay;
+                    const float dk_kg = x.dkg[o] * to_end;
+                    const float dk_row = beta[i] * rowA[r][v];
+                    x.dq[o] = dq;
+                    x.dw[o] = dk_kd + dk_kg + dk_row + col[r][v] + qcol[r][v];
+                    Z[i * KP + dd] =
+                        qi * dq + ki * (dk_kd + dk_row - col[r][v] - qcol[r][v] - dk_kg);
+                    sb += dkb * (ki * decay) + ki * rowA[r][v];
+                });
+                sb = warp_sum(sb);
+                if (lane == 0) {
+                    const int64_t t = ck.c0 + i;
+                    const float raw = load(p.beta.data, p.beta.dtype, at(p.beta, ck.s, t, hv));
+                    store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, ck.s, t, hv),
+                          beta_backward(p, raw, x.dbv[(r0 + i) * HV + hv] + sb));
+                }
             }
         }
     };
