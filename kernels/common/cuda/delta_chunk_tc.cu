@@ -769,37 +769,42 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
     }
 }
 
-template <bool PerKey>
-void launch_state_tc(const DeltaChunkProblem& p, const StatePass& x, cudaStream_t stream) {
+/// launch(T{}, KT, grid) for the problem's tiles (with_tiles) and the grid of the passes through
+/// the chunks, a block per (sequence, value head, kStateCols value columns); kda's (PerKey) take
+/// keys up to kMaxKdaChunkKeys.
+template <bool PerKey, typename Launch>
+void with_state_grid(const DeltaChunkProblem& p, const char* pass, Launch&& launch) {
     with_tiles(p, [&](auto type, auto keys) {
-        using T = decltype(type);
-        constexpr int KT = decltype(keys)::value;
-        if constexpr (PerKey && KT > kMaxKdaChunkKeys)
-            throw std::invalid_argument("the kda chunk state pass takes keys up to " +
+        if constexpr (PerKey && decltype(keys)::value > kMaxKdaChunkKeys)
+            throw std::invalid_argument(std::string("the kda chunk ") + pass +
+                                        " pass takes keys up to " +
                                         std::to_string(kMaxKdaChunkKeys));
         else
-            launch_chunk_kernel(chunk_state_tc<T, KT, PerKey>,
-                                dim3(unsigned(p.seqs.n * p.value_heads),
-                                     unsigned((p.dv + kStateCols - 1) / kStateCols)),
-                                int64_t(sizeof(StateTiles<T, KT>) + 3) / 4, stream, p, x);
+            launch(type, keys,
+                   dim3(unsigned(p.seqs.n * p.value_heads),
+                        unsigned((p.dv + kStateCols - 1) / kStateCols)));
+    });
+}
+
+template <bool PerKey>
+void launch_state_tc(const DeltaChunkProblem& p, const StatePass& x, cudaStream_t stream) {
+    with_state_grid<PerKey>(p, "state", [&](auto type, auto keys, dim3 grid) {
+        using T = decltype(type);
+        constexpr int KT = decltype(keys)::value;
+        launch_chunk_kernel(chunk_state_tc<T, KT, PerKey>, grid,
+                            int64_t(sizeof(StateTiles<T, KT>) + 3) / 4, stream, p, x);
     });
 }
 
 template <bool PerKey>
 void launch_state_bwd_tc(const DeltaChunkProblem& p, const DeltaGrads& d, const StateGradInputs& f,
                          const float* P, void* dH, float* dvn, cudaStream_t stream) {
-    with_tiles(p, [&](auto type, auto keys) {
+    with_state_grid<PerKey>(p, "dS", [&](auto type, auto keys, dim3 grid) {
         using T = decltype(type);
         constexpr int KT = decltype(keys)::value;
-        if constexpr (PerKey && KT > kMaxKdaChunkKeys)
-            throw std::invalid_argument("the kda chunk dS pass takes keys up to " +
-                                        std::to_string(kMaxKdaChunkKeys));
-        else
-            launch_chunk_kernel(state_bwd_tc<T, KT, PerKey>,
-                                dim3(unsigned(p.seqs.n * p.value_heads),
-                                     unsigned((p.dv + kStateCols - 1) / kStateCols)),
-                                int64_t(sizeof(StateGradTiles<T, KT, PerKey>) + 3) / 4, stream, p,
-                                d, f, P, dH, dvn);
+        launch_chunk_kernel(state_bwd_tc<T, KT, PerKey>, grid,
+                            int64_t(sizeof(StateGradTiles<T, KT, PerKey>) + 3) / 4, stream, p, d, f,
+                            P, dH, dvn);
     });
 }
 
