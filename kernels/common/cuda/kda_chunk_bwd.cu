@@ -314,12 +314,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
     load_tile(G, KP, L, K, x.f.G, DType::f32, (r0 * HV + hv) * K, int64_t(HV) * K);
     load_tile(Y, KP, L, K, x.dw, DType::f32, (r0 * HV + hv) * K, int64_t(HV) * K);
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        Ti[i * CP + j] = x.f.Tf[((r0 + i) * HV + hv) * C + j];
-        dT[i * C + j] = x.dT[cc + i * C + j];
-        dov[i * C + j] = p.scale * x.P[cc + i * C + j];
-    }
+    load_tile(Ti, CP, L, L, x.f.Tf, DType::f32, (r0 * HV + hv) * C, int64_t(HV) * C);
+    load_tile(dT, C, L, L, x.dT, DType::f32, cc, C);
+    gather_tile(L, L, x.P, DType::f32, cc, C, 0, L,
+                [&](int i, int j, float a) { dov[i * C + j] = p.scale * a; });
     for (int i = tid; i < L; i += kThreads) beta[i] = x.f.beta[(r0 + i) * HV + hv];
     __syncthreads();
     for (int e = tid; e < L * K; e += kThreads) {
@@ -451,6 +449,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int dd = tid; dd < K; dd += kThreads) {
         const float G_last = G[(L - 1) * KP + dd];
         float carry = 0.f;
+        // unrolled: d_kg's loads go out eight at a time, not each after the last one's sum
+#pragma unroll 8
         for (int j = 0; j < L; ++j)
             carry += k[j * KP + dd] * expf(G_last - G[j * KP + dd]) *
                      x.dkg[((r0 + j) * HV + hv) * K + dd];
