@@ -363,9 +363,16 @@ __global__ void __launch_bounds__(kThreads, 1)
             const bool two = ir[1] < L;
             float Gi[2][NV] = {}, rowA[2][NV] = {}, qrow[2][NV] = {}, col[2][NV] = {},
                   qcol[2][NV] = {};
+            // the rows' dkb, dq and d_kg from the scratch, loaded here to arrive during the sums
+            float dkb[2][NV] = {}, dq0[2][NV] = {}, dkg[2][NV] = {};
             keys([&](int v, int dd) {
-                Gi[0][v] = G[i0 * KP + dd];
-                if (two) Gi[1][v] = G[ir[1] * KP + dd];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    if (r == 1 && !two) break;
+                    const int64_t o = ((r0 + ir[r]) * HV + hv) * K + dd;
+                    Gi[r][v] = G[ir[r] * KP + dd];
+                    dkb[r][v] = x.dw[o], dq0[r][v] = x.dq[o], dkg[r][v] = x.dkg[o];
+                }
             });
             for (int j = 0; j <= (two ? ir[1] : i0); ++j) {
                 float a[2] = {}, qa[2] = {};
@@ -415,16 +422,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                     const float ki = k[i * KP + dd], qi = q[i * KP + dd];
                     const float decay = expf(Gi[r][v]),
                                 to_end = expf(G[(L - 1) * KP + dd] - Gi[r][v]);
-                    const float dkb = x.dw[o];
-                    const float dq = x.dq[o] * decay * p.scale + qrow[r][v];
-                    const float dk_kd = dkb * beta[i] * decay;
-                    const float dk_kg = x.dkg[o] * to_end;
+                    const float dq = dq0[r][v] * decay * p.scale + qrow[r][v];
+                    const float dk_kd = dkb[r][v] * beta[i] * decay;
+                    const float dk_kg = dkg[r][v] * to_end;
                     const float dk_row = beta[i] * rowA[r][v];
                     x.dq[o] = dq;
                     x.dw[o] = dk_kd + dk_kg + dk_row + col[r][v] + qcol[r][v];
                     Z[i * KP + dd] =
                         qi * dq + ki * (dk_kd + dk_row - col[r][v] - qcol[r][v] - dk_kg);
-                    sb += dkb * (ki * decay) + ki * rowA[r][v];
+                    sb += dkb[r][v] * (ki * decay) + ki * rowA[r][v];
                 });
                 sb = warp_sum(sb);
                 if (lane == 0) {
