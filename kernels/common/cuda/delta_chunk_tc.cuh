@@ -137,6 +137,30 @@ __device__ __forceinline__ void split_pair_parts(T (*parts)[R][P], int r, int c,
     }
 }
 
+/// The parts of a [kRows, kRows] fp32 tile from src (row i at src + i · pitch): the rows and
+/// columns below L, and only j ≤ i where `lower`; zeros elsewhere. A thread takes four columns
+/// of four rows and issues every load before its first split (one load latency a tile).
+template <typename T, int P>
+__device__ void split_square(T (*parts)[kRows][P], const float* src, int64_t pitch, int L,
+                             bool lower) {
+    constexpr int kQuads = kRows * kRows / 4 / kDeltaChunkThreads;
+    const int j = threadIdx.x % (kRows / 4) * 4;
+    float x[kQuads][4] = {};
+#pragma unroll
+    for (int b = 0; b < kQuads; ++b) {
+        const int i = (threadIdx.x + b * kDeltaChunkThreads) / (kRows / 4);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            if (i < L && j + q < L && (!lower || j + q <= i)) x[b][q] = src[i * pitch + j + q];
+    }
+#pragma unroll
+    for (int b = 0; b < kQuads; ++b) {
+        const int i = (threadIdx.x + b * kDeltaChunkThreads) / (kRows / 4);
+        split_pair_parts(parts, i, j, x[b][0], x[b][1]);
+        split_pair_parts(parts, i, j + 2, x[b][2], x[b][3]);
+    }
+}
+
 /// f(T{}, KT) for the problem's 16-bit input type T and its keys padded to KT = 64, 128 or 256.
 template <typename F>
 inline void with_tiles(const DeltaChunkProblem& p, F&& f) {
