@@ -161,6 +161,83 @@ __device__ void split_square(T (*parts)[kRows][P], const float* src, int64_t pit
     }
 }
 
+/// put(i, j, Σ_d x(i, d) y(j, d) e^{g(i, d) − g(j, d)}) for every j ≤ i < L (L ≤ kRows, x, y
+/// and g fp32): kda's scores, every factor by fast_exp. The 16 × 16 blocks below the diagonal run
+/// on tensor cores, warp w < 6 taking one: with r the first row of the block's rows, e^{g_i − g_j}
+/// = e^{g_i − g_r} e^{g_r − g_j} (j < r ≤ i), both factors at most 1 where g does not rise down
+/// the rows (a cumsum of log decays; a rising g of more than 88 within a chunk would overflow a
+/// factor), and x e^{g − g_r}, y e^{g_r − g} go in as three bf16 parts each, their products
+/// reaching fp32's precision. The blocks on the diagonal, whose factors e^{g_r − g_j} would grow
+/// with the decay, form each pair's factor: thread t takes rows t / 16 + 16 u and columns
+/// t % 16 + 16 u, each sum in ascending d < K.
+template <typename X, typename Y, typename Gd, typename Put>
+__device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&& put) {
+    using T = __nv_bfloat16;
+    static_assert(kDeltaChunkThreads == 256 && kRows == 64, "eight warps, 4 × 4 blocks");
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+    const int I = warp < 1 ? 1 : warp < 3 ? 2 : 3, J = warp - (I - 1) * I / 2;
+    if (warp < 6 && 16 * I < L) {
+        const int r = 16 * I, c = 16 * J;
+        // x e^{g − g_r} (or y e^{g_r − g}) at rows i, i and columns d, d + 1 in three parts
+        const auto parts = [&](uint32_t* w, int step, auto&& v, int i, int d, bool rows) {
+            float z[2] = {};
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+                if (d + e < K) {
+                    const float gr = g(r, d + e), gi = g(i, d + e);
+                    z[e] = v(i, d + e) * fast_exp(rows ? gi - gr : gr - gi);
+                }
+#pragma unroll
+            for (int q = 0; q < kParts; ++q) {
+                w[q * step] = pair<T>(z[0], z[1]);
+                const float2 f = to_float2<T>(w[q * step]);
+                z[0] -= f.x;
+                z[1] -= f.y;
+            }
+        };
+        float acc[2][4] = {};
+        for (int k0 = 0; k0 < K; k0 += 16) {
+            uint32_t a[kParts][4], b[2][kParts][2];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = min(r + gq + (u & 1) * 8, L - 1), d = k0 + 2 * tq + (u & 2) * 4;
+                parts(&a[0][u], 4, x, i, d, true);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    parts(&b[nt][0][h], 2, y, c + 8 * nt + gq, k0 + 2 * tq + 8 * h, false);
+                    // the pairs of parts whose orders add up to less than three
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int qa = 0; qa < kParts; ++qa)
+#pragma unroll
+                    for (int qb = 0; qa + qb < kParts; ++qb)
+                        Half16<T>::mma(acc[nt], a[qa], b[nt][qb]);
+        }
+        each_accumulator<2>(r, c, [&](int nt, int u, int i, int j) {
+            if (i < L) put(i, j, acc[nt][u]);
+        });
+    }
+    const int i0 = threadIdx.x / 16, j0 = threadIdx.x % 16;
+    if (j0 > i0) return;
+    int rows[4];  // the rows read, clamped to the chunk
+#pragma unroll
+    for (int u = 0; u < 4; ++u) rows[u] = i0 + 16 * u < L ? i0 + 16 * u : L - 1;
+    float acc[4] = {};
+    for (int d = 0; d < K; ++d)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int i = rows[u], j = j0 + 16 * u < L ? j0 + 16 * u : L - 1;
+            acc[u] += x(i, d) * y(j, d) * fast_exp(g(i, d) - g(j, d));
+        }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+        if (i0 + 16 * u < L) put(i0 + 16 * u, j0 + 16 * u, acc[u]);
+}
+
 /// f(T{}, KT) for the problem's 16-bit input type T and its keys padded to KT = 64, 128 or 256.
 template <typename F>
 inline void with_tiles(const DeltaChunkProblem& p, F&& f) {

@@ -30,7 +30,7 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/delta_activations.cuh"
-#include "common/cuda/delta_chunk.cuh"
+#include "common/cuda/delta_chunk_tc.cuh"
 #include "common/cuda/kda_chunk_cuda.h"
 
 namespace lav::cuda {
