@@ -178,7 +178,7 @@ __device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&
     const int I = warp < 1 ? 1 : warp < 3 ? 2 : 3, J = warp - (I - 1) * I / 2;
     if (warp < 6 && 16 * I < L) {
         const int r = 16 * I, c = 16 * J;
-        // x e^{g − g_r} (or y e^{g_r − g}) at rows i, i and columns d, d + 1 in three parts
+        // x e^{g − g_r} (or y e^{g_r − g}) at row i, columns d and d + 1, in three parts
         const auto parts = [&](uint32_t* w, int step, auto&& v, int i, int d, bool rows) {
             float z[2] = {};
 #pragma unroll
@@ -204,11 +204,12 @@ __device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&
                 parts(&a[0][u], 4, x, i, d, true);
             }
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
+            for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
                     parts(&b[nt][0][h], 2, y, c + 8 * nt + gq, k0 + 2 * tq + 8 * h, false);
-                    // the pairs of parts whose orders add up to less than three
+            }
+            // the pairs of parts whose orders add up to less than three
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
