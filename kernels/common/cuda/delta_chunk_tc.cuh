@@ -161,6 +161,30 @@ __device__ void split_square(T (*parts)[kRows][P], const float* src, int64_t pit
     }
 }
 
+/// The kParts parts of the pair (z0, z1), each packed as pair<T>, at w[0], w[step], w[2 step]:
+/// split_pair_parts for fragments built in registers.
+template <typename T>
+__device__ __forceinline__ void split_pair_regs(uint32_t* w, int step, float z0, float z1) {
+#pragma unroll
+    for (int q = 0; q < kParts; ++q) {
+        w[q * step] = pair<T>(z0, z1);
+        const float2 f = to_float2<T>(w[q * step]);
+        z0 -= f.x;
+        z1 -= f.y;
+    }
+}
+
+/// acc += a·b for fragments in parts, over the pairs of parts whose orders add up to less than
+/// kParts (the rest lie below fp32's precision).
+template <typename T>
+__device__ __forceinline__ void mma_parts_regs(float (&acc)[4], const uint32_t (&a)[kParts][4],
+                                               const uint32_t (&b)[kParts][2]) {
+#pragma unroll
+    for (int qa = 0; qa < kParts; ++qa)
+#pragma unroll
+        for (int qb = 0; qa + qb < kParts; ++qb) Half16<T>::mma(acc, a[qa], b[qb]);
+}
+
 /// put(i, j, Σ_d x(i, d) y(j, d) e^{g(i, d) − g(j, d)}) for every j ≤ i < L (L ≤ kRows, x, y
 /// and g fp32): kda's scores, every factor by fast_exp. The 16 × 16 blocks below the diagonal run
 /// on tensor cores, warp w < 6 taking one: with r the first row of the block's rows, e^{g_i − g_j}
@@ -178,7 +202,7 @@ __device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&
     const int I = warp < 1 ? 1 : warp < 3 ? 2 : 3, J = warp - (I - 1) * I / 2;
     if (warp < 6 && 16 * I < L) {
         const int r = 16 * I, c = 16 * J;
-        // x e^{g − g_r} (or y e^{g_r − g}) at row i, columns d and d + 1, in three parts
+        // x e^{g − g_r} (or y e^{g_r − g}) at row i, columns d and d + 1, in parts
         const auto parts = [&](uint32_t* w, int step, auto&& v, int i, int d, bool rows) {
             float z[2] = {};
 #pragma unroll
@@ -187,13 +211,7 @@ __device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&
                     const float gr = g(r, d + e), gi = g(i, d + e);
                     z[e] = v(i, d + e) * fast_exp(rows ? gi - gr : gr - gi);
                 }
-#pragma unroll
-            for (int q = 0; q < kParts; ++q) {
-                w[q * step] = pair<T>(z[0], z[1]);
-                const float2 f = to_float2<T>(w[q * step]);
-                z[0] -= f.x;
-                z[1] -= f.y;
-            }
+            split_pair_regs<T>(w, step, z[0], z[1]);
         };
         float acc[2][4] = {};
         for (int k0 = 0; k0 < K; k0 += 16) {
@@ -209,14 +227,8 @@ __device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&
                 for (int h = 0; h < 2; ++h)
                     parts(&b[nt][0][h], 2, y, c + 8 * nt + gq, k0 + 2 * tq + 8 * h, false);
             }
-            // the pairs of parts whose orders add up to less than three
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int qa = 0; qa < kParts; ++qa)
-#pragma unroll
-                    for (int qb = 0; qa + qb < kParts; ++qb)
-                        Half16<T>::mma(acc[nt], a[qa], b[nt][qb]);
+            for (int nt = 0; nt < 2; ++nt) mma_parts_regs<T>(acc[nt], a, b[nt]);
         }
         each_accumulator<2>(r, c, [&](int nt, int u, int i, int j) {
             if (i < L) put(i, j, acc[nt][u]);

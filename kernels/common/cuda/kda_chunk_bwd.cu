@@ -357,24 +357,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     float* S2 = S1 + C * kRound;  // [C, kRound] qrow's
     using T16 = __nv_bfloat16;
     const int gq = lane / 4, tq = lane % 4;
-    // the three bf16 parts of the pair (z0, z1) at w[0], w[step] and w[2 step]
-    const auto split3 = [](uint32_t* w, int step, float z0, float z1) {
-#pragma unroll
-        for (int q = 0; q < kParts; ++q) {
-            w[q * step] = pair<T16>(z0, z1);
-            const float2 f = to_float2<T16>(w[q * step]);
-            z0 -= f.x;
-            z1 -= f.y;
-        }
-    };
-    // acc[nt] += a·b over the pairs of parts whose orders add up to less than three
-    const auto mma3 = [](float(&acc)[4], const uint32_t(&a)[kParts][4],
-                         const uint32_t(&b)[kParts][2]) {
-#pragma unroll
-        for (int qa = 0; qa < kParts; ++qa)
-#pragma unroll
-            for (int qb = 0; qa + qb < kParts; ++qb) Half16<T16>::mma(acc, a[qa], b[qb]);
-    };
     float sb[kMaxDeltaChunk / kWarps] = {};  // per row of the warp: dβ's key terms
     for (int k0 = 0; k0 < K; k0 += kRound) {
         const int I = warp / 2, r = 16 * I, s = r + 16, n0 = k0 + 16 * (warp % 2);
@@ -385,8 +367,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (int u = 0; u < 4; ++u) {
                 const int i = r + gq + (u & 1) * 8, j = 16 * J + 2 * tq + (u & 2) * 4;
                 const bool on = i < L;
-                split3(&ad[0][u], 4, on ? dA[i * C + j] : 0.f, on ? dA[i * C + j + 1] : 0.f);
-                split3(&aq[0][u], 4, on ? dov[i * C + j] : 0.f, on ? dov[i * C + j + 1] : 0.f);
+                split_pair_regs<T16>(&ad[0][u], 4, on ? dA[i * C + j] : 0.f,
+                                     on ? dA[i * C + j + 1] : 0.f);
+                split_pair_regs<T16>(&aq[0][u], 4, on ? dov[i * C + j] : 0.f,
+                                     on ? dov[i * C + j + 1] : 0.f);
             }
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
@@ -400,13 +384,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                         if (dd < K)
                             z[e] = k[(j + e) * KP + dd] *
                                    fast_exp(G[r * KP + dd] - G[(j + e) * KP + dd]);
-                    split3(&b[nt][0][hh], 2, z[0], z[1]);
+                    split_pair_regs<T16>(&b[nt][0][hh], 2, z[0], z[1]);
                 }
             }
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
-                mma3(accR[nt], ad, b[nt]);
-                mma3(accQ[nt], aq, b[nt]);
+                mma_parts_regs<T16>(accR[nt], ad, b[nt]);
+                mma_parts_regs<T16>(accQ[nt], aq, b[nt]);
             }
         }
         for (int M = I + 1; M < 4 && 16 * M < L && r < L; ++M) {
@@ -421,8 +405,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                         c[0][e] = beta[m + e] * dA[(m + e) * C + i];
                         c[1][e] = dov[(m + e) * C + i];
                     }
-                split3(&ad[0][u], 4, c[0][0], c[0][1]);
-                split3(&aq[0][u], 4, c[1][0], c[1][1]);
+                split_pair_regs<T16>(&ad[0][u], 4, c[0][0], c[0][1]);
+                split_pair_regs<T16>(&aq[0][u], 4, c[1][0], c[1][1]);
             }
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
@@ -438,14 +422,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                             zk[e] = k[(m + e) * KP + dd] * f;
                             zq[e] = q[(m + e) * KP + dd] * f;
                         }
-                    split3(&bk[nt][0][hh], 2, zk[0], zk[1]);
-                    split3(&bq[nt][0][hh], 2, zq[0], zq[1]);
+                    split_pair_regs<T16>(&bk[nt][0][hh], 2, zk[0], zk[1]);
+                    split_pair_regs<T16>(&bq[nt][0][hh], 2, zq[0], zq[1]);
                 }
             }
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
-                mma3(accC[nt], ad, bk[nt]);
-                mma3(accC[nt], aq, bq[nt]);
+                mma_parts_regs<T16>(accC[nt], ad, bk[nt]);
+                mma_parts_regs<T16>(accC[nt], aq, bq[nt]);
             }
         }
         each_accumulator<2>(r, n0, [&](int nt, int u, int i, int dd) {
