@@ -364,45 +364,6 @@ __device__ inline void lower_transposed_all(const float* T, int C, const float* 
         T, C, [&](int m, int c) { return M[m * stride + c]; }, L, cols, put);
 }
 
-/// put(i, j, Σ_d x(i, d) y(j, d) e^{g(i, d) − g(j, d)}) for every j ≤ i < L, each sum in
-/// ascending d < K with the factor formed per pair, never as e^{G_i} e^{−G_j} (which overflows
-/// under strong decay), by fast_exp (expf was most of the sum's instructions): kda's scores. A
-/// thread takes rows threadIdx.x / 16 + 16 u and columns threadIdx.x % 16 + 16 v, v ≤ u (the
-/// tiles v > u lie above the diagonal): a step reads 16 values for up to 16 terms, where a
-/// thread per element read 4 for 1.
-template <typename X, typename Y, typename Gd, typename Put>
-__device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&& put) {
-    static_assert(kDeltaChunkThreads == 256 && kMaxDeltaChunk == 64,
-                  "16 × 16 threads, 4 × 4 tiles");
-    const int i0 = threadIdx.x / 16, j0 = threadIdx.x % 16;
-    int ri[4], rj[4];  // the rows read, clamped to the chunk
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-        ri[u] = i0 + 16 * u < L ? i0 + 16 * u : L - 1;
-        rj[u] = j0 + 16 * u < L ? j0 + 16 * u : L - 1;
-    }
-    float acc[4][4] = {};
-    for (int d = 0; d < K; ++d) {
-        float xi[4], gi[4], yj[4], gj[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            xi[u] = x(ri[u], d), gi[u] = g(ri[u], d);
-            yj[u] = y(rj[u], d), gj[u] = g(rj[u], d);
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-#pragma unroll
-            for (int v = 0; v <= u; ++v) acc[u][v] += xi[u] * yj[v] * fast_exp(gi[u] - gj[v]);
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-#pragma unroll
-        for (int v = 0; v <= u; ++v) {
-            const int i = i0 + 16 * u, j = j0 + 16 * v;
-            if (j <= i && i < L) put(i, j, acc[u][v]);
-        }
-}
-
 /// put(i, j, Σ_{m < depth(j)} A_im B_jm) for every i, j < L, or only j < i where Lower, each sum
 /// in ascending m (A, B of row strides lda, ldb; depth(j) ≤ most). A thread takes rows
 /// threadIdx.x / 16 + 16 u and columns threadIdx.x % 16 + 16 v, u, v < 4 (v ≤ u where Lower: the

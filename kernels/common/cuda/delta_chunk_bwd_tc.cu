@@ -200,10 +200,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     };
     issue(0);
     if constexpr (PerKey)
-        for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
-            const int i = e / kRows, j = e % kRows;
-            split_parts(s.Tf, i, j, i < L && j <= i ? f.Tf[((r0 + i) * HV + hv) * C + j] : 0.f);
-        }
+        split_square(s.Tf, f.Tf + (r0 * HV + hv) * C, int64_t(HV) * C, L, true);
     else
         copy_rows<kRows, kRows>(s.Ti, f.Ti, (r0 * HV + hv) * C, int64_t(HV) * C, L, L);
     for (int i = tid; i < kRows; i += kDeltaChunkThreads) {

@@ -472,25 +472,7 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, KT <= 128 && !PerKey ? 2 :
             key_parts(std::integral_constant<int, -1>{}, f.kn, in, keys, qk_pitch, G, L);
         else
             key_tile(f.kn, r0, L, p.heads, h);
-        {
-            // the scores, a thread's four columns of four rows, loaded before the first split
-            constexpr int kQuads = kRows * kRows / 4 / kDeltaChunkThreads;
-            const int j = tid % (kRows / 4) * 4;
-            float x[kQuads][4] = {};
-#pragma unroll
-            for (int b = 0; b < kQuads; ++b) {
-                const int i = (tid + b * kDeltaChunkThreads) / (kRows / 4);
-#pragma unroll
-                for (int q = 0; q < 4; ++q)
-                    if (i < L && j + q < L) x[b][q] = P[(slot * C + i) * C + j + q];
-            }
-#pragma unroll
-            for (int b = 0; b < kQuads; ++b) {
-                const int i = (tid + b * kDeltaChunkThreads) / (kRows / 4);
-                split_pair_parts(s.P, i, j, x[b][0], x[b][1]);
-                split_pair_parts(s.P, i, j + 2, x[b][2], x[b][3]);
-            }
-        }
+        split_square(s.P, P + slot * C * C, C, L, false);
         if constexpr (!PerKey)
             for (int i = tid; i < kRows; i += kDeltaChunkThreads)
                 s.G[i] = i < L ? f.G[(r0 + i) * HV + hv] : 0.f;

@@ -137,6 +137,120 @@ __device__ __forceinline__ void split_pair_parts(T (*parts)[R][P], int r, int c,
     }
 }
 
+/// The parts of a [kRows, kRows] fp32 tile from src (row i at src + i · pitch): the rows and
+/// columns below L, and only j ≤ i where `lower`; zeros elsewhere. A thread takes four columns
+/// of four rows and issues every load before its first split (one load latency a tile).
+template <typename T, int P>
+__device__ void split_square(T (*parts)[kRows][P], const float* src, int64_t pitch, int L,
+                             bool lower) {
+    constexpr int kQuads = kRows * kRows / 4 / kDeltaChunkThreads;
+    const int j = threadIdx.x % (kRows / 4) * 4;
+    float x[kQuads][4] = {};
+#pragma unroll
+    for (int b = 0; b < kQuads; ++b) {
+        const int i = (threadIdx.x + b * kDeltaChunkThreads) / (kRows / 4);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            if (i < L && j + q < L && (!lower || j + q <= i)) x[b][q] = src[i * pitch + j + q];
+    }
+#pragma unroll
+    for (int b = 0; b < kQuads; ++b) {
+        const int i = (threadIdx.x + b * kDeltaChunkThreads) / (kRows / 4);
+        split_pair_parts(parts, i, j, x[b][0], x[b][1]);
+        split_pair_parts(parts, i, j + 2, x[b][2], x[b][3]);
+    }
+}
+
+/// The kParts parts of the pair (z0, z1), each packed as pair<T>, at w[0], w[step], w[2 step]:
+/// split_pair_parts for fragments built in registers.
+template <typename T>
+__device__ __forceinline__ void split_pair_regs(uint32_t* w, int step, float z0, float z1) {
+#pragma unroll
+    for (int q = 0; q < kParts; ++q) {
+        w[q * step] = pair<T>(z0, z1);
+        const float2 f = to_float2<T>(w[q * step]);
+        z0 -= f.x;
+        z1 -= f.y;
+    }
+}
+
+/// acc += a·b for fragments in parts, over the pairs of parts whose orders add up to less than
+/// kParts (the rest lie below fp32's precision).
+template <typename T>
+__device__ __forceinline__ void mma_parts_regs(float (&acc)[4], const uint32_t (&a)[kParts][4],
+                                               const uint32_t (&b)[kParts][2]) {
+#pragma unroll
+    for (int qa = 0; qa < kParts; ++qa)
+#pragma unroll
+        for (int qb = 0; qa + qb < kParts; ++qb) Half16<T>::mma(acc, a[qa], b[qb]);
+}
+
+/// put(i, j, Σ_d x(i, d) y(j, d) e^{g(i, d) − g(j, d)}) for every j ≤ i < L (L ≤ kRows, x, y
+/// and g fp32): kda's scores, every factor by fast_exp. The 16 × 16 blocks below the diagonal run
+/// on tensor cores, warp w < 6 taking one: with r the first row of the block's rows, e^{g_i − g_j}
+/// = e^{g_i − g_r} e^{g_r − g_j} (j < r ≤ i), both factors at most 1 where g does not rise down
+/// the rows (a cumsum of log decays; a rising g of more than 88 within a chunk would overflow a
+/// factor), and x e^{g − g_r}, y e^{g_r − g} go in as three bf16 parts each, their products
+/// reaching fp32's precision. The blocks on the diagonal, whose factors e^{g_r − g_j} would grow
+/// with the decay, form each pair's factor: thread t takes rows t / 16 + 16 u and columns
+/// t % 16 + 16 u, each sum in ascending d < K.
+template <typename X, typename Y, typename Gd, typename Put>
+__device__ inline void decayed_products(int L, int K, X&& x, Y&& y, Gd&& g, Put&& put) {
+    using T = __nv_bfloat16;
+    static_assert(kDeltaChunkThreads == 256 && kRows == 64, "eight warps, 4 × 4 blocks");
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+    const int I = warp < 1 ? 1 : warp < 3 ? 2 : 3, J = warp - (I - 1) * I / 2;
+    if (warp < 6 && 16 * I < L) {
+        const int r = 16 * I, c = 16 * J;
+        // x e^{g − g_r} (or y e^{g_r − g}) at row i, columns d and d + 1, in parts
+        const auto parts = [&](uint32_t* w, int step, auto&& v, int i, int d, bool rows) {
+            float z[2] = {};
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+                if (d + e < K) {
+                    const float gr = g(r, d + e), gi = g(i, d + e);
+                    z[e] = v(i, d + e) * fast_exp(rows ? gi - gr : gr - gi);
+                }
+            split_pair_regs<T>(w, step, z[0], z[1]);
+        };
+        float acc[2][4] = {};
+        for (int k0 = 0; k0 < K; k0 += 16) {
+            uint32_t a[kParts][4], b[2][kParts][2];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = min(r + gq + (u & 1) * 8, L - 1), d = k0 + 2 * tq + (u & 2) * 4;
+                parts(&a[0][u], 4, x, i, d, true);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    parts(&b[nt][0][h], 2, y, c + 8 * nt + gq, k0 + 2 * tq + 8 * h, false);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) mma_parts_regs<T>(acc[nt], a, b[nt]);
+        }
+        each_accumulator<2>(r, c, [&](int nt, int u, int i, int j) {
+            if (i < L) put(i, j, acc[nt][u]);
+        });
+    }
+    const int i0 = threadIdx.x / 16, j0 = threadIdx.x % 16;
+    if (j0 > i0) return;
+    int rows[4];  // the rows read, clamped to the chunk
+#pragma unroll
+    for (int u = 0; u < 4; ++u) rows[u] = i0 + 16 * u < L ? i0 + 16 * u : L - 1;
+    float acc[4] = {};
+    for (int d = 0; d < K; ++d)
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int i = rows[u], j = j0 + 16 * u < L ? j0 + 16 * u : L - 1;
+            acc[u] += x(i, d) * y(j, d) * fast_exp(g(i, d) - g(j, d));
+        }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+        if (i0 + 16 * u < L) put(i0 + 16 * u, j0 + 16 * u, acc[u]);
+}
+
 /// f(T{}, KT) for the problem's 16-bit input type T and its keys padded to KT = 64, 128 or 256.
 template <typename F>
 inline void with_tiles(const DeltaChunkProblem& p, F&& f) {

@@ -23,7 +23,7 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/delta_activations.cuh"
-#include "common/cuda/delta_chunk.cuh"
+#include "common/cuda/delta_chunk_tc.cuh"
 #include "common/cuda/kda_chunk_cuda.h"
 
 namespace lav::cuda {
@@ -39,6 +39,13 @@ int64_t prep_floats(int K, int C) {
 int64_t state_floats(int K, int C) { return 2 * int64_t(C) * K + C * kTile + 2 * K * kTile + K; }
 int64_t out_floats(int K, int C) {
     return 3 * int64_t(C) * padded_keys(K) + C * C + K * kTile + C * kTile;
+}
+
+/// f(i, j) for every i < rows, j < cols: a warp a row, a lane a column, no index divided.
+template <typename F>
+__device__ __forceinline__ void each_element(int rows, int cols, F&& f) {
+    for (int i = threadIdx.x / 32; i < rows; i += kThreads / 32)
+        for (int j = threadIdx.x % 32; j < cols; j += 32) f(i, j);
 }
 
 /// Pass 1, a block per (chunk slot, value head).
@@ -90,23 +97,18 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
         L, K, key, key, [&](int i, int d) { return G[i * KP + d]; },
         [&](int i, int j, float a) { A[i * (C + 1) + j] = j < i ? a * beta[i] : 0.f; });
     // kg = round(k̂ exp(G_last − G)), which the state pass reads
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int i = e / K, d = e % K;
+    each_element(L, K, [&](int i, int d) {
         store(x.kg, in, ((r0 + i) * HV + hv) * K + d,
               k[i * KP + d] * expf(G[(L - 1) * KP + d] - G[i * KP + d]));
-    }
+    });
     __syncthreads();
     solve_unit_lower(A, C + 1, Ti, C, L);
     // A has been read: it takes the inverse as stored; G (stored) becomes e^G
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
+    each_element(L, L, [&](int i, int j) {
         A[i * C + j] = j <= i ? rounded(Ti[i * C + j], in) : 0.f;
         if (x.Tf != nullptr) x.Tf[((r0 + i) * HV + hv) * C + j] = j <= i ? Ti[i * C + j] : 0.f;
-    }
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int j = e / K, d = e % K;
-        G[j * KP + d] = expf(G[j * KP + d]);
-    }
+    });
+    each_element(L, K, [&](int j, int d) { G[j * KP + d] = expf(G[j * KP + d]); });
     __syncthreads();
     if (x.Wf != nullptr) {
         // the backward's W = Ti (β (k̂ e^G)), unrounded, with the CPU backward's operand
@@ -116,10 +118,9 @@ __global__ void __launch_bounds__(kThreads) chunk_prep(DeltaChunkProblem p, KdaC
         __syncthreads();
     }
     // e^G becomes w's operand round(β k̂ e^G)
-    for (int e = tid; e < L * K; e += kThreads) {
-        const int j = e / K, d = e % K;
+    each_element(L, K, [&](int j, int d) {
         G[j * KP + d] = rounded(beta[j] * k[j * KP + d] * G[j * KP + d], in);
-    }
+    });
     __syncthreads();
     // w = round(round(Ti) kb), u = round(round(Ti) round(β v)), each stored
     lower_products<false>(

@@ -30,7 +30,7 @@
 #include "common/cuda/cuda_check.h"
 #include "common/cuda/cuda_tensor.cuh"
 #include "common/cuda/delta_activations.cuh"
-#include "common/cuda/delta_chunk.cuh"
+#include "common/cuda/delta_chunk_tc.cuh"
 #include "common/cuda/kda_chunk_cuda.h"
 
 namespace lav::cuda {
@@ -38,7 +38,8 @@ namespace {
 
 constexpr int kThreads = kDeltaChunkThreads;
 constexpr int kWarps = kThreads / 32;
-constexpr int kTile = 32;  // value columns per block of the dS pass
+constexpr int kTile = 32;   // value columns per block of the dS pass
+constexpr int kRound = 32;  // keys a round of the keys pass's intra-chunk sums
 constexpr int kCols = kChunkCols, kStepCols = kChunkStepCols, kColRow = kChunkColRow;
 
 /// The scratch: the forward's kept values, then the backward's, in fp32 elements.
@@ -314,12 +315,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     load_tile(k, KP, L, K, x.f.kn, in, (r0 * p.heads + h) * K, int64_t(p.heads) * K);
     load_tile(G, KP, L, K, x.f.G, DType::f32, (r0 * HV + hv) * K, int64_t(HV) * K);
     load_tile(Y, KP, L, K, x.dw, DType::f32, (r0 * HV + hv) * K, int64_t(HV) * K);
-    for (int e = tid; e < L * L; e += kThreads) {
-        const int i = e / L, j = e % L;
-        Ti[i * CP + j] = x.f.Tf[((r0 + i) * HV + hv) * C + j];
-        dT[i * C + j] = x.dT[cc + i * C + j];
-        dov[i * C + j] = p.scale * x.P[cc + i * C + j];
-    }
+    load_tile(Ti, CP, L, L, x.f.Tf, DType::f32, (r0 * HV + hv) * C, int64_t(HV) * C);
+    load_tile(dT, C, L, L, x.dT, DType::f32, cc, C);
+    gather_tile(L, L, x.P, DType::f32, cc, C, 0, L,
+                [&](int i, int j, float a) { dov[i * C + j] = p.scale * a; });
     for (int i = tid; i < L; i += kThreads) beta[i] = x.f.beta[(r0 + i) * HV + hv];
     __syncthreads();
     for (int e = tid; e < L * K; e += kThreads) {
@@ -345,112 +344,156 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();
     const float* q = Y;
     const float* dA = dT;
-    // a warp per row, a lane per key: with X_ij = β_i dA_ij (j < i) and Y_ij = scale dA_qk[i, j]
-    // (j ≤ i), each pair passes E_ij ⊙ k̂_j to row i and E_ij ⊙ k̂_i (or q̂_i) to column j; the
-    // lane takes its row's pairs (j ≤ i) and its column's (m ≥ i), forming each E once per use.
-    // A lane's NV keys lane + 32 v go through the pairs together: they share each pair's reads
-    // of dA and dA_qk, and their sums are independent chains. A warp takes two rows i and
-    // i + kWarps at once, which share each j's and m's reads of G, k̂ and q̂; each row's sums run
-    // in the same order as alone.
-    const auto rows = [&](auto keys_per_lane) {
-        constexpr int NV = decltype(keys_per_lane)::value;
-        // f(v, key) for each of the lane's keys
-        const auto keys = [&](auto&& f) {
+    // The intra-chunk sums per row i and key d, with E_ijd = e^{G_id − G_jd}: rowA_id = Σ_{j<i}
+    // dA_ij E_ij k̂_jd, qrow_id = Σ_{j≤i} dov_ij E_ij k̂_jd and colq_id = Σ_{m>i} β_m dA_mi E_mi
+    // k̂_md + Σ_{m≥i} dov_mi E_mi q̂_md, kRound keys a round. The pairs in different 16-row blocks
+    // run on tensor cores, warp w taking row block I = w / 2 and 16 of the round's keys, their
+    // factors split at a block edge as decayed_products splits its own (r = 16 I, s = r + 16):
+    // rowA_id = e^{G_id − G_rd} Σ_{j<r} dA_ij (k̂_jd e^{G_rd − G_jd}), colq_id = e^{G_sd − G_id}
+    // Σ_{m≥s} (β_m dA_mi k̂_md + dov_mi q̂_md) e^{G_md − G_sd}, coefficients and values in three
+    // bf16 parts, into S1, S2 and Z's columns of the round. The pairs within a block then join
+    // them in the round's finish, a warp per row and a lane per key, each factor formed per pair.
+    float* S1 = beta + C;         // [C, kRound] rowA's share from the other blocks
+    float* S2 = S1 + C * kRound;  // [C, kRound] qrow's
+    using T16 = __nv_bfloat16;
+    const int gq = lane / 4, tq = lane % 4;
+    float sb[kMaxDeltaChunk / kWarps] = {};  // per row of the warp: dβ's key terms
+    for (int k0 = 0; k0 < K; k0 += kRound) {
+        const int I = warp / 2, r = 16 * I, s = r + 16, n0 = k0 + 16 * (warp % 2);
+        float accR[2][4] = {}, accQ[2][4] = {}, accC[2][4] = {};
+        for (int J = 0; J < I && r < L; ++J) {
+            uint32_t ad[kParts][4], aq[kParts][4], b[2][kParts][2];
 #pragma unroll
-            for (int v = 0; v < NV; ++v)
-                if (lane + 32 * v < K) f(v, lane + 32 * v);
-        };
-        for (int i0 = warp; i0 < L; i0 += 2 * kWarps) {
-            const int ir[2] = {i0, i0 + kWarps};
-            const bool two = ir[1] < L;
-            float Gi[2][NV] = {}, rowA[2][NV] = {}, qrow[2][NV] = {}, col[2][NV] = {},
-                  qcol[2][NV] = {};
-            keys([&](int v, int dd) {
-                Gi[0][v] = G[i0 * KP + dd];
-                if (two) Gi[1][v] = G[ir[1] * KP + dd];
-            });
-            for (int j = 0; j <= (two ? ir[1] : i0); ++j) {
-                float a[2] = {}, qa[2] = {};
-                bool on[2];
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    on[r] = j <= ir[r] && (r == 0 || two);
-                    if (on[r]) a[r] = dA[ir[r] * C + j], qa[r] = dov[ir[r] * C + j];
-                }
-                keys([&](int v, int dd) {
-                    const float gj = G[j * KP + dd], kj = k[j * KP + dd];
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        if (!on[r]) continue;
-                        const float e = j == ir[r] ? 1.f : fast_exp(Gi[r][v] - gj);
-                        if (j < ir[r]) rowA[r][v] += a[r] * e * kj;
-                        qrow[r][v] += qa[r] * e * kj;
-                    }
-                });
-            }
-            for (int m = i0; m < L; ++m) {
-                float a[2] = {}, qa[2] = {};
-                bool on[2];
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    on[r] = m >= ir[r] && (r == 0 || two);
-                    if (on[r]) a[r] = beta[m] * dA[m * C + ir[r]], qa[r] = dov[m * C + ir[r]];
-                }
-                keys([&](int v, int dd) {
-                    const float gm = G[m * KP + dd], km = k[m * KP + dd], qm = q[m * KP + dd];
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        if (!on[r]) continue;
-                        const float e = m == ir[r] ? 1.f : fast_exp(gm - Gi[r][v]);
-                        if (m > ir[r]) col[r][v] += a[r] * e * km;
-                        qcol[r][v] += qa[r] * e * qm;
-                    }
-                });
+            for (int u = 0; u < 4; ++u) {
+                const int i = r + gq + (u & 1) * 8, j = 16 * J + 2 * tq + (u & 2) * 4;
+                const bool on = i < L;
+                split_pair_regs<T16>(&ad[0][u], 4, on ? dA[i * C + j] : 0.f,
+                                     on ? dA[i * C + j + 1] : 0.f);
+                split_pair_regs<T16>(&aq[0][u], 4, on ? dov[i * C + j] : 0.f,
+                                     on ? dov[i * C + j + 1] : 0.f);
             }
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                if (r == 1 && !two) break;
-                const int i = ir[r];
-                float sb = 0.f;  // Σ_d dkb ⊙ k̂ e^G + k̂ ⊙ Σ_j dA_ij E_ij k̂_j: dβ's key terms
-                keys([&](int v, int dd) {
-                    const int64_t o = ((r0 + i) * HV + hv) * K + dd;
-                    const float ki = k[i * KP + dd], qi = q[i * KP + dd];
-                    const float decay = expf(Gi[r][v]),
-                                to_end = expf(G[(L - 1) * KP + dd] - Gi[r][v]);
-                    const float dkb = x.dw[o];
-                    const float dq = x.dq[o] * decay * p.scale + qrow[r][v];
-                    const float dk_kd = dkb * beta[i] * decay;
-                    const float dk_kg = x.dkg[o] * to_end;
-                    const float dk_row = beta[i] * rowA[r][v];
-                    x.dq[o] = dq;
-                    x.dw[o] = dk_kd + dk_kg + dk_row + col[r][v] + qcol[r][v];
-                    Z[i * KP + dd] =
-                        qi * dq + ki * (dk_kd + dk_row - col[r][v] - qcol[r][v] - dk_kg);
-                    sb += dkb * (ki * decay) + ki * rowA[r][v];
-                });
-                sb = warp_sum(sb);
-                if (lane == 0) {
-                    const int64_t t = ck.c0 + i;
-                    const float raw = load(p.beta.data, p.beta.dtype, at(p.beta, ck.s, t, hv));
-                    store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, ck.s, t, hv),
-                          beta_backward(p, raw, x.dbv[(r0 + i) * HV + hv] + sb));
+            for (int nt = 0; nt < 2; ++nt) {
+                const int dd = n0 + 8 * nt + gq;
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int j = 16 * J + 2 * tq + 8 * hh;
+                    float z[2] = {};
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        if (dd < K)
+                            z[e] = k[(j + e) * KP + dd] *
+                                   fast_exp(G[r * KP + dd] - G[(j + e) * KP + dd]);
+                    split_pair_regs<T16>(&b[nt][0][hh], 2, z[0], z[1]);
                 }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                mma_parts_regs<T16>(accR[nt], ad, b[nt]);
+                mma_parts_regs<T16>(accQ[nt], aq, b[nt]);
             }
         }
-    };
-    using std::integral_constant;
-    if (K <= 64)
-        rows(integral_constant<int, 2>{});
-    else if (K <= 128)
-        rows(integral_constant<int, 4>{});
-    else
-        rows(integral_constant<int, kMaxDeltaChunkKeys / 32>{});
+        for (int M = I + 1; M < 4 && 16 * M < L && r < L; ++M) {
+            uint32_t ad[kParts][4], aq[kParts][4], bk[2][kParts][2], bq[2][kParts][2];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int i = r + gq + (u & 1) * 8, m = 16 * M + 2 * tq + (u & 2) * 4;
+                float c[2][2] = {};  // β_m dA_mi and dov_mi for m, m + 1
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    if (i < L && m + e < L) {
+                        c[0][e] = beta[m + e] * dA[(m + e) * C + i];
+                        c[1][e] = dov[(m + e) * C + i];
+                    }
+                split_pair_regs<T16>(&ad[0][u], 4, c[0][0], c[0][1]);
+                split_pair_regs<T16>(&aq[0][u], 4, c[1][0], c[1][1]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                const int dd = n0 + 8 * nt + gq;
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int m = 16 * M + 2 * tq + 8 * hh;
+                    float zk[2] = {}, zq[2] = {};
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                        if (m + e < L && dd < K) {
+                            const float f = fast_exp(G[(m + e) * KP + dd] - G[s * KP + dd]);
+                            zk[e] = k[(m + e) * KP + dd] * f;
+                            zq[e] = q[(m + e) * KP + dd] * f;
+                        }
+                    split_pair_regs<T16>(&bk[nt][0][hh], 2, zk[0], zk[1]);
+                    split_pair_regs<T16>(&bq[nt][0][hh], 2, zq[0], zq[1]);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                mma_parts_regs<T16>(accC[nt], ad, bk[nt]);
+                mma_parts_regs<T16>(accC[nt], aq, bq[nt]);
+            }
+        }
+        each_accumulator<2>(r, n0, [&](int nt, int u, int i, int dd) {
+            if (i >= L || dd >= K) return;
+            const float gi = G[i * KP + dd], to_r = I > 0 ? fast_exp(gi - G[r * KP + dd]) : 0.f;
+            S1[i * kRound + dd - k0] = accR[nt][u] * to_r;
+            S2[i * kRound + dd - k0] = accQ[nt][u] * to_r;
+            Z[i * KP + dd] = s < L ? accC[nt][u] * fast_exp(G[s * KP + dd] - gi) : 0.f;
+        });
+        __syncthreads();
+        // the round's finish: the pairs within each row's block, then dq̂, dk̂ (in dW's place),
+        // ∂L/∂G's intra-chunk share (in Z) and dβ's key terms
+        const int dd = k0 + lane;
+#pragma unroll
+        for (int t = 0; t < kMaxDeltaChunk / kWarps; ++t) {
+            const int i = warp + kWarps * t;
+            if (i >= L || dd >= K) continue;
+            const int64_t o = ((r0 + i) * HV + hv) * K + dd;
+            const float dkb = x.dw[o], dq0 = x.dq[o], dkg = x.dkg[o];
+            const float gi = G[i * KP + dd];
+            float rowA = S1[i * kRound + lane], qrow = S2[i * kRound + lane], colq = Z[i * KP + dd];
+            const int first = i / 16 * 16, end = min(first + 16, L);
+            for (int j = first; j <= i; ++j) {
+                const float e = j == i ? 1.f : fast_exp(gi - G[j * KP + dd]);
+                const float kj = k[j * KP + dd];
+                if (j < i) rowA += dA[i * C + j] * e * kj;
+                qrow += dov[i * C + j] * e * kj;
+            }
+            for (int m = i; m < end; ++m) {
+                const float e = m == i ? 1.f : fast_exp(G[m * KP + dd] - gi);
+                if (m > i) colq += beta[m] * dA[m * C + i] * e * k[m * KP + dd];
+                colq += dov[m * C + i] * e * q[m * KP + dd];
+            }
+            const float ki = k[i * KP + dd], qi = q[i * KP + dd];
+            const float decay = expf(gi), to_end = expf(G[(L - 1) * KP + dd] - gi);
+            const float dq = dq0 * decay * p.scale + qrow;
+            const float dk_kd = dkb * beta[i] * decay;
+            const float dk_kg = dkg * to_end;
+            const float dk_row = beta[i] * rowA;
+            x.dq[o] = dq;
+            x.dw[o] = dk_kd + dk_kg + dk_row + colq;
+            Z[i * KP + dd] = qi * dq + ki * (dk_kd + dk_row - colq - dk_kg);
+            sb[t] += dkb * (ki * decay) + ki * rowA;
+        }
+        __syncthreads();  // the round's S1 and S2 are read
+    }
+#pragma unroll
+    for (int t = 0; t < kMaxDeltaChunk / kWarps; ++t) {
+        const int i = warp + kWarps * t;
+        const float sum = warp_sum(sb[t]);
+        if (i >= L || lane != 0) continue;
+        const int64_t tt = ck.c0 + i;
+        const float raw = load(p.beta.data, p.beta.dtype, at(p.beta, ck.s, tt, hv));
+        store(d.dbeta.data, d.dbeta.dtype, at(d.dbeta, ck.s, tt, hv),
+              beta_backward(p, raw, x.dbv[(r0 + i) * HV + hv] + sum));
+    }
     __syncthreads();
     // G_last's share (exp(G_last) Σ h ⊙ dH + Σ_j kg_j ⊙ d_kg_j), then the reverse running sum
     // G's cumsum takes back, a thread per key
     for (int dd = tid; dd < K; dd += kThreads) {
         const float G_last = G[(L - 1) * KP + dd];
         float carry = 0.f;
+        // unrolled: d_kg's loads go out eight at a time, not each after the last one's sum
+#pragma unroll 8
         for (int j = 0; j < L; ++j)
             carry += k[j * KP + dd] * expf(G_last - G[j * KP + dd]) *
                      x.dkg[((r0 + j) * HV + hv) * K + dd];
@@ -514,7 +557,7 @@ void kda_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t
     const int64_t K = p.dk, C = p.chunk, HV = p.value_heads;
     const int64_t slots = chunk_slots(p.seqs, p.chunk);
     const int64_t KP = padded_keys(p.dk);
-    // at K = 128, C = 64: 97 KB, 97 KB, 217 KB and 197 KB
+    // at K = 128, C = 64: 97 KB, 97 KB, 217 KB and 215 KB
     if (slots > 0)
         launch_chunk_kernel(scores_bwd, dim3(unsigned(slots), unsigned(HV)), 3 * C * KP, stream, p,
                             d, x);
@@ -536,7 +579,8 @@ void kda_chunk_bwd(const DeltaChunkProblem& p, const DeltaGrads& d, cudaStream_t
                             stream, p, d, x);
     if (slots > 0)
         launch_chunk_kernel(keys_bwd, dim3(unsigned(slots), unsigned(HV)),
-                            4 * C * KP + 2 * C * C + 2 * C * (C + 1) + C, stream, p, d, x);
+                            4 * C * KP + 2 * C * C + 2 * C * (C + 1) + C + 2 * C * kRound, stream,
+                            p, d, x);
     finish_chunk_keys(p, d, x.dq, x.dw, nullptr, nullptr, stream);
     LAV_CUDA_CHECK(cudaGetLastError(), "kda_chunk_bwd");
 }

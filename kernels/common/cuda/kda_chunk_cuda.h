@@ -9,7 +9,7 @@
 namespace lav::cuda {
 
 /// Largest key width the kda chunk kernels take (chunks up to kMaxDeltaChunk): their tiles live
-/// in shared memory, and the backward's key pass, the largest, takes 193 KB at K = 128 and
+/// in shared memory, and the backward's key pass, the largest, takes 209 KB at K = 128 and
 /// C = 64 of the 227 KB a Hopper block may have.
 constexpr int kMaxKdaChunkKeys = 128;
 
