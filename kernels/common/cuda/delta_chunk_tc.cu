@@ -675,27 +675,44 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     }
 }
 
-/// kda's output pass's tiles: the fp32 ones its scores are summed from, and the 16-bit operands
-/// of its products.
+/// kda's output pass's tiles: what its scores and qg are formed from, then in the same bytes the
+/// operands of each value step; q̂ and k̂ as stored (the input dtype holds them), rows an odd
+/// number of 32-bit words apart for the diagonal blocks' column reads.
 template <typename T, int KT>
-struct KdaOutTiles {
-    float q[kRows][KT + 1], k[kRows][KT + 1], G[kRows][KT + 1];  // q̂, k̂, the cumsum per key
-    alignas(16) T qg[kRows][KT + 8];                             // round(q̂ e^G)
-    alignas(16) T P[kRows][kRows + 8];                           // A_qk as stored
-    alignas(16) T h[kParts][KT][kStateCols + 8];                 // h as stored, in parts
-    alignas(16) T v[kRows][kStateCols + 8];                      // v_new
+struct KdaOutScores {
+    float G[kRows][KT + 1];  // the cumsum per key
+    T q[kRows][KT + 2], k[kRows][KT + 2];
 };
 
-/// kda's output pass (kda_chunk.cu's chunk_out) with its two products on tensor cores: A_qk =
-/// round(scale Σ_d (q̂_id k̂_jd) e^{G_id − G_jd}) is summed per key in fp32 as there (the factor
-/// per pair and key), then o = A_qk v_new + scale (qg h), qg = round(q̂ e^G), by mma.sync,
-/// kStateCols value columns a step; h in parts where the state dtype is wider.
-// one block a multiprocessor (161 KB at K = 128), as the FMA pass
 template <typename T, int KT>
-__global__ void __launch_bounds__(kDeltaChunkThreads, 1)
+struct KdaOutSteps {
+    alignas(16) T h[kParts][KT][kStateCols + 8];  // h as stored, in parts
+    alignas(16) T v[kRows][kStateCols + 8];       // v_new
+};
+
+template <typename T, int KT>
+struct KdaOutTiles {
+    union {
+        KdaOutScores<T, KT> sc;
+        KdaOutSteps<T, KT> st;
+    };
+    alignas(16) T qg[kRows][KT + 8];    // round(q̂ e^G)
+    alignas(16) T P[kRows][kRows + 8];  // A_qk as stored
+};
+
+/// kda's output pass (kda_chunk.cu's chunk_out) with its products on tensor cores: A_qk =
+/// round(scale Σ_d (q̂_id k̂_jd) e^{G_id − G_jd}) by decayed_products, then o = A_qk v_new +
+/// scale (qg h), qg = round(q̂ e^G), kStateCols value columns a step; h in parts where the state
+/// dtype is wider.
+// two blocks a multiprocessor (91 KB at K = 128): the tiles of the scores are dead once A_qk and
+// qg are formed, so the value steps reuse their bytes
+template <typename T, int KT>
+__global__ void __launch_bounds__(kDeltaChunkThreads, 2)
     kda_out_tc(DeltaChunkProblem p, KdaChunkSaved x) {
     extern __shared__ float sm[];
     auto& s = *reinterpret_cast<KdaOutTiles<T, KT>*>(sm);
+    auto& sc = s.sc;
+    auto& st = s.st;
     const int K = p.dk, HV = p.value_heads, V = p.dv;
     const int64_t slot = blockIdx.x;
     const int hv = blockIdx.y, h = hv / (HV / p.heads);
@@ -704,15 +721,18 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
     const int L = ck.len, tid = threadIdx.x, warp = tid / 32;
     const int64_t r0 = row(p.seqs, ck.s, ck.c0);
     const DType in = p.q.dtype;
-    load_tile(&s.q[0][0], KT + 1, L, K, x.qn, in, (r0 * p.heads + h) * K, p.heads * K);
-    load_tile(&s.k[0][0], KT + 1, L, K, x.kn, in, (r0 * p.heads + h) * K, p.heads * K);
-    load_tile(&s.G[0][0], KT + 1, L, K, x.G, DType::f32, (r0 * HV + hv) * K, HV * K);
-    // h's rows past K stay zero: qg's columns there are too, but 0 · NaN would not be
-    for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(s.h[q], K);
+    const auto keys = [&](T(*dst)[KT + 2], const void* src) {
+        gather_tile(L, K, src, in, (r0 * p.heads + h) * K, p.heads * K, 0, K,
+                    [&](int i, int d, float y) { dst[i][d] = Half16<T>::from(y); });
+    };
+    keys(sc.q, x.qn);
+    keys(sc.k, x.kn);
+    load_tile(&sc.G[0][0], KT + 1, L, K, x.G, DType::f32, (r0 * HV + hv) * K, HV * K);
     __syncthreads();
     decayed_products(
-        L, K, [&](int i, int d) { return s.q[i][d]; }, [&](int j, int d) { return s.k[j][d]; },
-        [&](int i, int d) { return s.G[i][d]; },
+        L, K, [&](int i, int d) { return Half16<T>::to(sc.q[i][d]); },
+        [&](int j, int d) { return Half16<T>::to(sc.k[j][d]); },
+        [&](int i, int d) { return sc.G[i][d]; },
         [&](int i, int j, float t) { s.P[i][j] = Half16<T>::from(rounded(p.scale * t, in)); });
     for (int e = tid; e < kRows * kRows; e += kDeltaChunkThreads) {
         const int i = e / kRows, j = e % kRows;
@@ -720,17 +740,21 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
     }
     for (int e = tid; e < kRows * KT; e += kDeltaChunkThreads) {
         const int i = e / KT, d = e % KT;
-        s.qg[i][d] = Half16<T>::from(i < L && d < K ? s.q[i][d] * expf(s.G[i][d]) : 0.f);
+        s.qg[i][d] =
+            Half16<T>::from(i < L && d < K ? Half16<T>::to(sc.q[i][d]) * expf(sc.G[i][d]) : 0.f);
     }
+    __syncthreads();  // q̂, k̂ and G are read: their bytes take h and v_new
+    // h's rows past K stay zero: qg's columns there are too, but 0 · NaN would not be
+    for (int q = 0; q < kParts; ++q) zero_rows<T, KT>(st.h[q], K);
     const int parts = p.state == in ? 1 : kParts;
     const int64_t state = (slot * HV + hv) * K * V;
     // warp w: rows rb + [0, 16), columns cb + [0, 16) of each value step
     const int rb = 16 * (warp % 4), cb = 16 * (warp / 4);
     for (int c0 = 0; c0 < V; c0 += kStateCols) {
-        __syncthreads();  // A_qk and qg are in, or the previous columns are done
+        if (c0 > 0) __syncthreads();  // the previous columns are done
         gather_tile(K, kStateCols, x.h, p.state, state, V, c0, V,
-                    [&](int d, int c, float hd) { split_parts(s.h, d, c, hd); });
-        load_rows<kRows, kStateCols>(s.v, x.v_new, (r0 * HV + hv) * V + c0, int64_t(HV) * V, L,
+                    [&](int d, int c, float hd) { split_parts(st.h, d, c, hd); });
+        load_rows<kRows, kStateCols>(st.v, x.v_new, (r0 * HV + hv) * V + c0, int64_t(HV) * V, L,
                                      V - c0);
         __syncthreads();
         float qh[2][4] = {}, pv[2][4] = {};
@@ -738,10 +762,10 @@ __global__ void __launch_bounds__(kDeltaChunkThreads, 1)
         for (int kk = 0; kk < KT; kk += 16) {
             fragment_a(a, s.qg, rb, kk);
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt) mma_parts(qh[nt], a, s.h, parts, kk, cb + 8 * nt);
+            for (int nt = 0; nt < 2; ++nt) mma_parts(qh[nt], a, st.h, parts, kk, cb + 8 * nt);
         }
         const int n0[2] = {cb, cb + 8};
-        lower_times(pv, s.P, s.v, rb, n0);
+        lower_times(pv, s.P, st.v, rb, n0);
         each_accumulator<2, true>(rb, c0 + cb, [&](int nt, int u, int i, int c) {
             if (i >= L || c >= V) return;
             store_pair(p.o.data, p.o.dtype, at(p.o, ck.s, ck.c0 + i, hv) + c,
